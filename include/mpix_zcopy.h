@@ -1,0 +1,56 @@
+/*
+ * zcopy MPI extension: declare, activate and query memory for zero-copy
+ * collectives. Link with -lzcopy. Works with or without the coll/zcopy
+ * component loaded; without it, collectives are simply not zero-copy.
+ *
+ * Workflow (every step has an inverse, undone in reverse order):
+ *   zcopy_mem_reserve -> MPIX_Comm_set_memory_range (collective)
+ *   zcopy_mem_create -> zcopy_mem_map -> MPIX_Comm_activate_memory (local)
+ *   ... collectives on buffers inside activated memory ...
+ *   MPIX_Comm_deactivate_memory -> zcopy_mem_unmap -> zcopy_mem_free
+ *   MPIX_Comm_unset_memory_range -> zcopy_mem_release
+ *
+ * Errors return an MPI error code (class MPI_ERR_ARG, MPI_ERR_NO_MEM,
+ * MPI_ERR_UNSUPPORTED_OPERATION, MPI_ERR_COMM or MPI_ERR_OTHER) through the
+ * communicator's error handler; MPI_Error_string names the precise cause.
+ */
+#ifndef MPIX_ZCOPY_H
+#define MPIX_ZCOPY_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zcopy/mem.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPIX_ZCOPY_INFO_KEY "mpix_zcopy" /* "false" opts a communicator out */
+
+typedef struct {
+    uint64_t zcopy_calls;     /* collectives that took the zero-copy path */
+    uint64_t fallback_calls;  /* collectives handed to the previous component */
+    uint64_t ipc_bytes;       /* bytes this rank moved through peer mappings */
+    uint64_t ucx_bytes;       /* bytes this rank moved through UCX */
+    char last_fallback_reason[64];
+} MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
+
+int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,
+                               size_t alignment, uint64_t flags);
+int MPIX_Comm_unset_memory_range(MPI_Comm comm, void *base);
+int MPIX_Comm_activate_memory(MPI_Comm comm, void *va, size_t size,
+                              size_t offset, zcopy_mem_handle_t handle,
+                              uint64_t flags);
+int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va);
+/* *activated = 1 when [buf, buf + size) lies wholly inside activated memory. */
+int MPIX_Zcopy_query(MPI_Comm comm, const void *buf, size_t size,
+                     int *activated);
+/* Counters of @comm since its creation (zeros where zcopy is not enabled). */
+int MPIX_Zcopy_get_stats(MPI_Comm comm, MPIX_Zcopy_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPIX_ZCOPY_H */

@@ -1,0 +1,64 @@
+/*
+ * coll/zcopy: the Open MPI 4.1 collective component. It holds no algorithm:
+ * every intercepted collective goes to libzcopy, which either runs it
+ * zero-copy or answers "fall back", and then it goes to the component that
+ * was selected before zcopy. This is the only part of the project that
+ * includes Open MPI internal headers.
+ */
+#ifndef MCA_COLL_ZCOPY_H
+#define MCA_COLL_ZCOPY_H
+
+#include "ompi_config.h"
+
+#include "mpi.h"
+#include "ompi/communicator/communicator.h"
+#include "ompi/mca/coll/coll.h"
+
+#include "comm/comm.h"
+
+BEGIN_C_DECLS
+
+typedef struct {
+    mca_coll_base_component_2_0_0_t super;
+    int priority;                 /* coll_zcopy_priority */
+    int verbose;                  /* coll_zcopy_verbose */
+    int virtual_servers;          /* coll_zcopy_virtual_servers */
+    unsigned long small_msg;      /* coll_zcopy_small_msg */
+} mca_coll_zcopy_component_t;
+
+OMPI_MODULE_DECLSPEC extern mca_coll_zcopy_component_t mca_coll_zcopy_component;
+
+/* The collectives coll/zcopy intercepts (SPEC section 4). */
+#define ZCOPY_COLLECTIVES(X)                                                 \
+    X(allreduce) X(reduce) X(reduce_scatter) X(reduce_scatter_block)         \
+    X(allgather) X(allgatherv) X(bcast) X(gather) X(gatherv) X(scatter)      \
+    X(scatterv) X(alltoall) X(alltoallv) X(barrier)
+
+/* The functions and modules that were in comm->c_coll before zcopy was
+ * enabled: every fallback goes there. */
+typedef struct {
+#define ZCOPY_PREV_FIELD(_name)                                              \
+    mca_coll_base_module_##_name##_fn_t _name;                               \
+    mca_coll_base_module_t *_name##_module;
+    ZCOPY_COLLECTIVES(ZCOPY_PREV_FIELD)
+#undef ZCOPY_PREV_FIELD
+} mca_coll_zcopy_prev_t;
+
+typedef struct {
+    mca_coll_base_module_t super;
+    ompi_communicator_t *comm;
+    mca_coll_zcopy_prev_t prev;
+    zcopy_comm_t *zcomm;          /* libzcopy's state for this communicator */
+} mca_coll_zcopy_module_t;
+
+OBJ_CLASS_DECLARATION(mca_coll_zcopy_module_t);
+
+mca_coll_base_module_t *mca_coll_zcopy_comm_query(ompi_communicator_t *comm,
+                                                  int *priority);
+
+/* MPI_T performance variables (coll_zcopy_component.c). */
+int mca_coll_zcopy_register_pvars(void);
+
+END_C_DECLS
+
+#endif

@@ -1,0 +1,167 @@
+/*
+ * Component: registration, parameters and MPI_T counters.
+ */
+#include "coll_zcopy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "opal/mca/base/mca_base_pvar.h"
+#include "opal/util/output.h"
+
+static int zcopy_register(void);
+static int zcopy_init_query(bool enable_progress_threads,
+                            bool enable_mpi_threads);
+
+mca_coll_zcopy_component_t mca_coll_zcopy_component = {
+    .super = {
+        .collm_version = {
+            MCA_COLL_BASE_VERSION_2_0_0,
+            .mca_component_name = "zcopy",
+            MCA_BASE_MAKE_VERSION(component, 0, 1, 0),
+            .mca_register_component_params = zcopy_register,
+        },
+        .collm_data = {
+            MCA_BASE_METADATA_PARAM_CHECKPOINT
+        },
+        .collm_init_query = zcopy_init_query,
+        .collm_comm_query = mca_coll_zcopy_comm_query,
+    },
+    .priority = 40,
+    .verbose = 0,
+    .virtual_servers = 1,
+    .small_msg = 16384,
+};
+
+/* Struct layouts are the real ABI and the framework checks only its own
+ * version, so a build for 4.1 must refuse any other Open MPI release. */
+static bool zcopy_release_matches(void)
+{
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+
+    MPI_Get_library_version(version, &len);
+    if (strstr(version, "Open MPI v4.1.") != NULL)
+        return true;
+    opal_output(0, "coll/zcopy: built for Open MPI 4.1.x but running on "
+                   "\"%.60s\"; the component stays unloaded (rebuild zcopy "
+                   "against this Open MPI's headers)", version);
+    return false;
+}
+
+static void zcopy_register_int(const char *name, const char *desc,
+                               mca_base_var_info_lvl_t level, int *storage)
+{
+    (void)mca_base_component_var_register(
+        &mca_coll_zcopy_component.super.collm_version, name, desc,
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level, MCA_BASE_VAR_SCOPE_READONLY,
+        storage);
+}
+
+static int zcopy_register(void)
+{
+    mca_coll_zcopy_component_t *c = &mca_coll_zcopy_component;
+
+    if (!zcopy_release_matches())
+        return OMPI_ERR_NOT_AVAILABLE;
+
+    zcopy_register_int("priority",
+        "Selection priority of coll/zcopy; above coll/tuned (30) so that it "
+        "intercepts collectives and falls back to the best other component",
+        OPAL_INFO_LVL_6, &c->priority);
+    zcopy_register_int("verbose",
+        "Verbosity: 0 errors and warnings only, 10 path decisions per "
+        "communicator and the server map, 20 every collective's decision, "
+        "30 imports, mappings and control-plane steps",
+        OPAL_INFO_LVL_9, &c->verbose);
+    zcopy_register_int("virtual_servers",
+        "Split each host into this many servers by local rank, so that one "
+        "machine exercises the inter-server path (1: one server per host)",
+        OPAL_INFO_LVL_9, &c->virtual_servers);
+    (void)mca_base_component_var_register(
+        &c->super.collm_version, "small_msg",
+        "Messages of at most this many bytes per rank use latency-optimised "
+        "algorithms; larger ones split the work so that all ranks move data "
+        "at once",
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_9,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->small_msg);
+
+    /* libzcopy reads these from its own process-wide configuration. */
+    zcopy_config.verbose = c->verbose > zcopy_config.verbose
+                               ? c->verbose : zcopy_config.verbose;
+    zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
+    zcopy_config.small_msg = c->small_msg;
+
+    return mca_coll_zcopy_register_pvars();
+}
+
+static int zcopy_init_query(bool enable_progress_threads,
+                            bool enable_mpi_threads)
+{
+    (void)enable_progress_threads;
+    (void)enable_mpi_threads;
+    return OMPI_SUCCESS;
+}
+
+/* --- MPI_T performance variables, bound to a communicator ---------------- */
+
+typedef enum { PVAR_ZCOPY_CALLS, PVAR_FALLBACK_CALLS, PVAR_IPC_BYTES,
+               PVAR_UCX_BYTES } zcopy_pvar_t;
+
+static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
+                          void *obj)
+{
+    const zcopy_comm_t *zc = zcopy_comm_lookup(*(MPI_Comm *)obj);
+    unsigned long long *out = value;
+
+    if (zc == NULL) {
+        *out = 0;
+        return OMPI_SUCCESS;
+    }
+    switch ((zcopy_pvar_t)(uintptr_t)pvar->ctx) {
+    case PVAR_ZCOPY_CALLS:    *out = zc->stats.zcopy_calls; break;
+    case PVAR_FALLBACK_CALLS: *out = zc->stats.fallback_calls; break;
+    case PVAR_IPC_BYTES:      *out = zc->stats.ipc_bytes; break;
+    case PVAR_UCX_BYTES:      *out = zc->stats.ucx_bytes; break;
+    }
+    return OMPI_SUCCESS;
+}
+
+static int zcopy_pvar_notify(struct mca_base_pvar_t *pvar,
+                             mca_base_pvar_event_t event, void *obj,
+                             int *count)
+{
+    (void)pvar;
+    (void)obj;
+    if (event == MCA_BASE_PVAR_HANDLE_BIND)
+        *count = 1;
+    return OMPI_SUCCESS;
+}
+
+int mca_coll_zcopy_register_pvars(void)
+{
+    static const struct {
+        const char *name, *desc;
+        zcopy_pvar_t which;
+    } pvars[] = {
+        { "zcopy_calls", "Collectives on this communicator that took the "
+          "zero-copy path", PVAR_ZCOPY_CALLS },
+        { "fallback_calls", "Collectives on this communicator handed to the "
+          "previously selected component", PVAR_FALLBACK_CALLS },
+        { "ipc_bytes", "Bytes this rank moved through peer mappings on this "
+          "communicator", PVAR_IPC_BYTES },
+        { "ucx_bytes", "Bytes this rank moved through UCX on this "
+          "communicator", PVAR_UCX_BYTES },
+    };
+
+    for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)
+        (void)mca_base_component_pvar_register(
+            &mca_coll_zcopy_component.super.collm_version, pvars[i].name,
+            pvars[i].desc, OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER,
+            MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
+            MCA_BASE_VAR_BIND_MPI_COMM,
+            MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
+            zcopy_pvar_get, NULL, zcopy_pvar_notify,
+            (void *)(uintptr_t)pvars[i].which);
+    return OMPI_SUCCESS;
+}

@@ -1,0 +1,86 @@
+/*
+ * Base layer of libzcopy: status codes, error detail, logging, parameters.
+ * Everything in src/ includes this header; nothing here knows about MPI.
+ */
+#ifndef ZCOPY_BASE_H
+#define ZCOPY_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zcopy/mem.h>
+
+/* Public API of libzcopy. */
+#define ZCOPY_EXPORT __attribute__((visibility("default")))
+/* Internal calls that the coll component (mpi_ext/) makes into libzcopy:
+ * exported from the .so, declared only in src/ headers. */
+#define ZCOPY_COMPONENT_API __attribute__((visibility("default")))
+
+/* Internal status: the public ZCOPY_SUCCESS / ZCOPY_ERR_* codes, plus one
+ * positive value for "not an error, take the fallback path". */
+typedef int zcopy_status_t;
+#define ZCOPY_FALLBACK 1
+
+#define ZCOPY_CACHE_LINE 64
+
+/* Records why the current call failed, for zcopy_mem_last_error() and
+ * MPI_Error_string, and returns @status so callers can write
+ * `return zcopy_error(ZCOPY_ERR_ARG, "...", ...)`. */
+zcopy_status_t zcopy_error(zcopy_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *zcopy_error_detail(void);
+void zcopy_error_clear(void);
+
+/* Logging: the level is tested before anything is formatted. */
+typedef enum {
+    ZCOPY_LOG_ERROR = 0, /* always printed */
+    ZCOPY_LOG_WARN  = 1,
+    ZCOPY_LOG_INFO  = 10, /* server map, path decisions per communicator */
+    ZCOPY_LOG_DEBUG = 20, /* per-collective decisions */
+    ZCOPY_LOG_TRACE = 30  /* imports, mappings, control-plane steps */
+} zcopy_log_level_t;
+
+void zcopy_log_emit(int level, const char *subsys, const char *file, int line,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+#define zcopy_log(_level, _subsys, ...)                                      \
+    do {                                                                     \
+        if ((_level) <= zcopy_config.verbose)                                \
+            zcopy_log_emit((_level), (_subsys), __FILE__, __LINE__,          \
+                           __VA_ARGS__);                                     \
+    } while (0)
+
+#define ZCOPY_CHECK(_expr)                                                   \
+    do {                                                                     \
+        zcopy_status_t _st = (_expr);                                        \
+        if (_st < 0)                                                         \
+            return _st;                                                      \
+    } while (0)
+
+/* Process-wide tunables. Global because the component sets them once from
+ * MCA parameters before any communicator exists, and every layer reads them;
+ * they are never written after MPI_Init. Documented in docs/parameters.md. */
+typedef struct {
+    int verbose;               /* log level, see zcopy_log_level_t */
+    int virtual_servers;       /* split one host into N servers (>= 1) */
+    size_t small_msg;          /* bytes: below, latency-optimised algorithms */
+    int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
+} zcopy_config_t;
+
+extern zcopy_config_t zcopy_config;
+
+void zcopy_config_from_env(void);
+
+static inline size_t zcopy_align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
+static inline bool zcopy_is_aligned(uintptr_t v, size_t a) { return (v & (a - 1)) == 0; }
+static inline bool zcopy_ranges_overlap(uintptr_t a, size_t alen, uintptr_t b, size_t blen)
+{
+    return a < b + blen && b < a + alen;
+}
+static inline bool zcopy_range_inside(uintptr_t inner, size_t ilen, uintptr_t outer, size_t olen)
+{
+    return inner >= outer && ilen <= olen && inner - outer <= olen - ilen;
+}
+
+#endif /* ZCOPY_BASE_H */

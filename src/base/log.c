@@ -1,0 +1,43 @@
+/* Logging and process-wide parameters. */
+#include "base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
+    .verbose = 0,
+    .virtual_servers = 1,
+    .small_msg = 16384,
+    .yield_mode = 0,
+};
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+/* Library users without the component (unit tests, tools) tune through the
+ * environment; the component overrides these from its MCA parameters. */
+__attribute__((constructor)) void zcopy_config_from_env(void)
+{
+    zcopy_config.verbose = env_int("ZCOPY_VERBOSE", zcopy_config.verbose);
+}
+
+void zcopy_log_emit(int level, const char *subsys, const char *file, int line,
+                    const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (level <= ZCOPY_LOG_WARN)
+        fprintf(stderr, "[zcopy:%d] %s %s: %s\n", (int)getpid(), subsys,
+                level == ZCOPY_LOG_ERROR ? "error" : "warning", msg);
+    else
+        fprintf(stderr, "[zcopy:%d] %s: %s (%s:%d)\n", (int)getpid(), subsys,
+                msg, file, line);
+}

@@ -1,0 +1,51 @@
+/*
+ * Collective entry points of libzcopy, one per collective of SPEC section 4.
+ * Each returns ZCOPY_SUCCESS when the collective ran zero-copy,
+ * ZCOPY_FALLBACK when every rank agreed to hand it to the previous component
+ * (the caller does so; the fallback is already counted), or a negative
+ * ZCOPY_ERR_* when it failed.
+ */
+#ifndef ZCOPY_COLL_H
+#define ZCOPY_COLL_H
+
+#include "comm/comm.h"
+
+typedef enum {
+    ZCOPY_COLL_ALLREDUCE,
+    ZCOPY_COLL_REDUCE,
+    ZCOPY_COLL_REDUCE_SCATTER,
+    ZCOPY_COLL_REDUCE_SCATTER_BLOCK,
+    ZCOPY_COLL_ALLGATHER,
+    ZCOPY_COLL_ALLGATHERV,
+    ZCOPY_COLL_BCAST,
+    ZCOPY_COLL_GATHER,
+    ZCOPY_COLL_GATHERV,
+    ZCOPY_COLL_SCATTER,
+    ZCOPY_COLL_SCATTERV,
+    ZCOPY_COLL_ALLTOALL,
+    ZCOPY_COLL_ALLTOALLV,
+    ZCOPY_COLL_BARRIER,
+    ZCOPY_COLL_COUNT
+} zcopy_coll_type_t;
+
+extern const char *const zcopy_coll_names[ZCOPY_COLL_COUNT];
+
+/* One collective call as this rank sees it. Counts are in elements of the
+ * matching datatype; vectors are MPI's int arrays. */
+typedef struct {
+    zcopy_coll_type_t type;
+    const void *sbuf;             /* MPI_IN_PLACE allowed where MPI allows */
+    size_t scount;
+    MPI_Datatype stype;
+    void *rbuf;
+    size_t rcount;
+    MPI_Datatype rtype;
+    const int *scounts, *sdispls; /* v-variants */
+    const int *rcounts, *rdispls;
+    MPI_Op op;
+    int root;
+} zcopy_coll_args_t;
+
+zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
+
+#endif

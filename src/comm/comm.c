@@ -1,0 +1,75 @@
+/* Per-communicator state: creation, lookup by MPI handle, statistics. */
+#include "comm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MPIX_Zcopy_get_stats(comm) must find the state the component created for
+ * comm; the public MPI handle is the only key both sides have. */
+static struct {
+    pthread_mutex_t lock;
+    zcopy_comm_t *head;
+} comms = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Per thread because an internal MPI call belongs to the thread making it. */
+static _Thread_local int internal_depth;
+
+void zcopy_internal_enter(void) { internal_depth++; }
+void zcopy_internal_leave(void) { internal_depth--; }
+ZCOPY_COMPONENT_API bool zcopy_internal_active(void) { return internal_depth > 0; }
+
+ZCOPY_COMPONENT_API zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,
+                                 const zcopy_comm_ops_t *ops,
+                                 zcopy_comm_t **zc_p)
+{
+    zcopy_comm_t *zc = calloc(1, sizeof(*zc));
+
+    if (zc == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "communicator state: out of memory");
+    zc->handle = handle;
+    zc->rank = rank;
+    zc->size = size;
+    zc->ops = *ops;
+    pthread_mutex_lock(&comms.lock);
+    zc->next = comms.head;
+    comms.head = zc;
+    pthread_mutex_unlock(&comms.lock);
+    *zc_p = zc;
+    return ZCOPY_SUCCESS;
+}
+
+ZCOPY_COMPONENT_API void zcopy_comm_destroy(zcopy_comm_t *zc)
+{
+    zcopy_comm_t **pp;
+
+    if (zc == NULL)
+        return;
+    pthread_mutex_lock(&comms.lock);
+    for (pp = &comms.head; *pp && *pp != zc; pp = &(*pp)->next)
+        ;
+    if (*pp)
+        *pp = zc->next;
+    pthread_mutex_unlock(&comms.lock);
+    free(zc);
+}
+
+ZCOPY_COMPONENT_API zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle)
+{
+    zcopy_comm_t *zc;
+
+    pthread_mutex_lock(&comms.lock);
+    for (zc = comms.head; zc && zc->handle != handle; zc = zc->next)
+        ;
+    pthread_mutex_unlock(&comms.lock);
+    return zc;
+}
+
+void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *reason)
+{
+    zc->stats.fallback_calls++;
+    strncpy(zc->stats.last_fallback_reason, reason,
+            sizeof(zc->stats.last_fallback_reason) - 1);
+    zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: fallback: %s", zc->rank,
+              reason);
+}

@@ -1,0 +1,50 @@
+/*
+ * Per-communicator state of libzcopy. The coll component creates one for
+ * every communicator it is enabled on and hands over a small table of
+ * service collectives (ops) that never re-enter zcopy: libzcopy uses them
+ * for its own setup, so it needs no Open MPI internals.
+ */
+#ifndef ZCOPY_COMM_H
+#define ZCOPY_COMM_H
+
+#include "base/base.h"
+
+#include <mpi.h>
+#include <mpix_zcopy.h>
+
+typedef struct {
+    /* Gathers @bytes from every rank into @rbuf, in rank order. */
+    int (*allgather)(const void *sbuf, void *rbuf, size_t bytes, void *ctx);
+    int (*bcast)(void *buf, size_t bytes, int root, void *ctx);
+    int (*barrier)(void *ctx);
+    void *ctx;
+} zcopy_comm_ops_t;
+
+typedef struct zcopy_comm {
+    MPI_Comm handle;
+    int rank;
+    int size;
+    zcopy_comm_ops_t ops;
+    MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
+                                     communicator, so plain counters do */
+    struct zcopy_comm *next;      /* in the process's list, for lookup */
+} zcopy_comm_t;
+
+zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,
+                                 const zcopy_comm_ops_t *ops,
+                                 zcopy_comm_t **zc_p);
+void zcopy_comm_destroy(zcopy_comm_t *zc);
+
+/* The zcopy state of @handle, or NULL where the component is not enabled. */
+zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);
+
+void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *reason);
+
+/* libzcopy's own MPI calls (e.g. the agreement inside
+ * MPIX_Comm_set_memory_range) run inside enter/leave: the component passes
+ * them straight to the previous component and counts nothing. */
+void zcopy_internal_enter(void);
+void zcopy_internal_leave(void);
+bool zcopy_internal_active(void);
+
+#endif

@@ -1,0 +1,318 @@
+/*
+ * Ranges and activated blocks, in address order, behind one lock. The lock
+ * also serialises against the memory layer's pins, so a block's mapping and
+ * a range's reservation cannot disappear while they are registered.
+ */
+#include "registry.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    unsigned nblocks;
+} reg_range_t;
+
+/* Per process by definition (SPEC section 3); see registry.h. */
+static struct {
+    pthread_mutex_t lock;
+    reg_range_t *ranges;
+    size_t nranges, cap_ranges;
+    zcopy_block_t *blocks;
+    size_t nblocks, cap_blocks;
+    uint64_t next_generation;
+    uint64_t epoch;               /* bumped by every change */
+} reg = { .lock = PTHREAD_MUTEX_INITIALIZER, .next_generation = 1 };
+
+static bool grow(void **array, size_t *cap, size_t n, size_t elem)
+{
+    size_t new_cap;
+    void *p;
+
+    if (n < *cap)
+        return true;
+    new_cap = *cap ? *cap * 2 : 16;
+    p = realloc(*array, new_cap * elem);
+    if (p == NULL)
+        return false;
+    *array = p;
+    *cap = new_cap;
+    return true;
+}
+
+/* First range that ends after @va. */
+static size_t range_lower_bound(uintptr_t va)
+{
+    size_t lo = 0, hi = reg.nranges;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (reg.ranges[mid].base + reg.ranges[mid].size <= va)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static reg_range_t *range_containing(uintptr_t va)
+{
+    size_t i = range_lower_bound(va);
+    return i < reg.nranges && reg.ranges[i].base <= va ? &reg.ranges[i] : NULL;
+}
+
+/* First block that ends after @va. */
+static size_t block_lower_bound(uintptr_t va)
+{
+    size_t lo = 0, hi = reg.nblocks;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (reg.blocks[mid].va + reg.blocks[mid].size <= va)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* --- ranges -------------------------------------------------------------- */
+
+zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), i;
+    zcopy_status_t st;
+
+    if (base == 0)
+        return zcopy_error(ZCOPY_ERR_ARG, "set memory range: base is NULL");
+    if (size == 0)
+        return zcopy_error(ZCOPY_ERR_ARG, "set memory range: size is 0");
+    if (!zcopy_is_aligned(base, page) || size % page)
+        return zcopy_error(ZCOPY_ERR_RANGE,
+                           "set memory range: [%p, +%zu) is not page aligned",
+                           (void *)base, size);
+    if (base + size < base)
+        return zcopy_error(ZCOPY_ERR_RANGE,
+                           "set memory range: [%p, +%zu) wraps around",
+                           (void *)base, size);
+
+    pthread_mutex_lock(&reg.lock);
+    i = range_lower_bound(base);
+    if (i < reg.nranges &&
+        zcopy_ranges_overlap(base, size, reg.ranges[i].base,
+                             reg.ranges[i].size)) {
+        st = zcopy_error(ZCOPY_ERR_OVERLAP,
+                         "set memory range: [%p, +%zu) overlaps the set range "
+                         "[%p, +%zu)", (void *)base, size,
+                         (void *)reg.ranges[i].base, reg.ranges[i].size);
+        goto out;
+    }
+    if (!grow((void **)&reg.ranges, &reg.cap_ranges, reg.nranges,
+              sizeof(*reg.ranges))) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "set memory range: out of memory");
+        goto out;
+    }
+    st = zcopy_mem_reservation_pin(base, size);
+    if (st != ZCOPY_SUCCESS) {
+        zcopy_error(st, "set memory range: %s", zcopy_error_detail());
+        goto out;
+    }
+    memmove(&reg.ranges[i + 1], &reg.ranges[i],
+            (reg.nranges - i) * sizeof(*reg.ranges));
+    reg.ranges[i] = (reg_range_t){ .base = base, .size = size };
+    reg.nranges++;
+    reg.epoch++;
+out:
+    pthread_mutex_unlock(&reg.lock);
+    return st;
+}
+
+zcopy_status_t zcopy_registry_unset_range(uintptr_t base)
+{
+    zcopy_status_t st = ZCOPY_SUCCESS;
+    reg_range_t *r;
+    size_t i;
+
+    pthread_mutex_lock(&reg.lock);
+    r = range_containing(base);
+    if (r == NULL || r->base != base) {
+        st = r == NULL
+                 ? zcopy_error(ZCOPY_ERR_NOT_FOUND,
+                               "unset memory range: %p is not a set range",
+                               (void *)base)
+                 : zcopy_error(ZCOPY_ERR_NOT_FOUND,
+                               "unset memory range: %p is inside the set range "
+                               "[%p, +%zu) but not its base", (void *)base,
+                               (void *)r->base, r->size);
+        goto out;
+    }
+    if (r->nblocks) {
+        st = zcopy_error(ZCOPY_ERR_BUSY,
+                         "unset memory range: [%p, +%zu) still holds %u "
+                         "activated block(s)", (void *)base, r->size,
+                         r->nblocks);
+        goto out;
+    }
+    zcopy_mem_reservation_unpin(base);
+    i = (size_t)(r - reg.ranges);
+    memmove(r, r + 1, (reg.nranges - i - 1) * sizeof(*r));
+    reg.nranges--;
+    reg.epoch++;
+out:
+    pthread_mutex_unlock(&reg.lock);
+    return st;
+}
+
+/* --- blocks -------------------------------------------------------------- */
+
+static zcopy_status_t activate_check(uintptr_t va, size_t size,
+                                     zcopy_mem_handle_t handle,
+                                     reg_range_t **range, size_t *insert_at)
+{
+    reg_range_t *r;
+    size_t i;
+
+    if (handle == NULL)
+        return zcopy_error(ZCOPY_ERR_ARG, "activate: handle is NULL");
+    if (size == 0)
+        return zcopy_error(ZCOPY_ERR_ARG, "activate: size is 0");
+    if (va + size < va)
+        return zcopy_error(ZCOPY_ERR_RANGE, "activate: [%p, +%zu) wraps",
+                           (void *)va, size);
+    r = range_containing(va);
+    if (r == NULL)
+        return zcopy_error(ZCOPY_ERR_RANGE,
+                           "activate: %p is outside every set memory range",
+                           (void *)va);
+    if (!zcopy_range_inside(va, size, r->base, r->size))
+        return zcopy_error(ZCOPY_ERR_RANGE,
+                           "activate: [%p, +%zu) straddles the end of the set "
+                           "range [%p, +%zu)", (void *)va, size,
+                           (void *)r->base, r->size);
+    i = block_lower_bound(va);
+    if (i < reg.nblocks &&
+        zcopy_ranges_overlap(va, size, reg.blocks[i].va, reg.blocks[i].size))
+        return zcopy_error(ZCOPY_ERR_OVERLAP,
+                           "activate: [%p, +%zu) overlaps the activated block "
+                           "[%p, +%zu)", (void *)va, size,
+                           (void *)reg.blocks[i].va, reg.blocks[i].size);
+    if (!grow((void **)&reg.blocks, &reg.cap_blocks, reg.nblocks,
+              sizeof(*reg.blocks)))
+        return zcopy_error(ZCOPY_ERR_NOMEM, "activate: out of memory");
+    *range = r;
+    *insert_at = i;
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
+                                       zcopy_mem_handle_t handle)
+{
+    zcopy_mem_mapping_info_t info;
+    reg_range_t *r = NULL;
+    zcopy_status_t st;
+    size_t i = 0;
+
+    pthread_mutex_lock(&reg.lock);
+    st = activate_check(va, size, handle, &r, &i);
+    if (st != ZCOPY_SUCCESS)
+        goto out;
+    st = zcopy_mem_mapping_pin(va, size, handle, &info);
+    if (st != ZCOPY_SUCCESS) {
+        zcopy_error(st, "activate: %s", zcopy_error_detail());
+        goto out;
+    }
+    memmove(&reg.blocks[i + 1], &reg.blocks[i],
+            (reg.nblocks - i) * sizeof(*reg.blocks));
+    reg.blocks[i] = (zcopy_block_t){ .va = va, .size = size,
+                                     .generation = reg.next_generation++,
+                                     .range_base = r->base, .map = info };
+    reg.nblocks++;
+    r->nblocks++;
+    reg.epoch++;
+out:
+    pthread_mutex_unlock(&reg.lock);
+    return st;
+}
+
+zcopy_status_t zcopy_registry_deactivate(uintptr_t va)
+{
+    zcopy_status_t st = ZCOPY_SUCCESS;
+    zcopy_block_t *b;
+    size_t i;
+
+    pthread_mutex_lock(&reg.lock);
+    i = block_lower_bound(va);
+    b = i < reg.nblocks && reg.blocks[i].va <= va ? &reg.blocks[i] : NULL;
+    if (b == NULL || b->va != va) {
+        st = b == NULL
+                 ? zcopy_error(ZCOPY_ERR_NOT_FOUND,
+                               "deactivate: %p is not an activated block",
+                               (void *)va)
+                 : zcopy_error(ZCOPY_ERR_NOT_FOUND,
+                               "deactivate: %p is inside the activated block "
+                               "[%p, +%zu) but not its start", (void *)va,
+                               (void *)b->va, b->size);
+        goto out;
+    }
+    range_containing(b->range_base)->nblocks--;
+    zcopy_mem_mapping_unpin(va);
+    memmove(b, b + 1, (reg.nblocks - i - 1) * sizeof(*b));
+    reg.nblocks--;
+    reg.epoch++;
+out:
+    pthread_mutex_unlock(&reg.lock);
+    return st;
+}
+
+bool zcopy_registry_covers(const void *buf, size_t len)
+{
+    uintptr_t at = (uintptr_t)buf, end = at + len;
+    bool covered = false;
+    size_t i;
+
+    if (len == 0)
+        return true;
+    if (end < at)
+        return false;
+    pthread_mutex_lock(&reg.lock);
+    i = block_lower_bound(at);
+    /* Walk adjacent blocks of one range until the buffer's end is reached. */
+    while (i < reg.nblocks && reg.blocks[i].va <= at) {
+        uintptr_t block_end = reg.blocks[i].va + reg.blocks[i].size;
+        if (block_end >= end) {
+            covered = true;
+            break;
+        }
+        if (i + 1 == reg.nblocks || reg.blocks[i + 1].va != block_end ||
+            reg.blocks[i + 1].range_base != reg.blocks[i].range_base)
+            break;
+        at = block_end;
+        i++;
+    }
+    pthread_mutex_unlock(&reg.lock);
+    return covered;
+}
+
+size_t zcopy_registry_snapshot(zcopy_block_t *blocks, size_t max,
+                               uint64_t *epoch)
+{
+    size_t n;
+
+    pthread_mutex_lock(&reg.lock);
+    n = reg.nblocks < max ? reg.nblocks : max;
+    memcpy(blocks, reg.blocks, n * sizeof(*blocks));
+    *epoch = reg.epoch;
+    pthread_mutex_unlock(&reg.lock);
+    return n;
+}
+
+void zcopy_registry_counts(size_t *nranges, size_t *nblocks)
+{
+    pthread_mutex_lock(&reg.lock);
+    *nranges = reg.nranges;
+    *nblocks = reg.nblocks;
+    pthread_mutex_unlock(&reg.lock);
+}

@@ -1,0 +1,42 @@
+/*
+ * The registry: memory ranges set for zero-copy and the blocks activated in
+ * them. One per process (activation is per process, SPEC section 3): the
+ * application's MPIX calls and the coll component share it.
+ *
+ * Every block carries a generation, unique in the process's lifetime, so a
+ * block deactivated and activated again at the same address is never
+ * mistaken for the old one by a peer that cached an import.
+ */
+#ifndef ZCOPY_REGISTRY_H
+#define ZCOPY_REGISTRY_H
+
+#include "base/base.h"
+#include "mem/mem.h"
+
+typedef struct {
+    uintptr_t va;
+    size_t size;
+    uint64_t generation;
+    uintptr_t range_base;         /* the set range holding the block */
+    zcopy_mem_mapping_info_t map; /* fd, offset and identity of the pages */
+} zcopy_block_t;
+
+zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size);
+zcopy_status_t zcopy_registry_unset_range(uintptr_t base);
+zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
+                                       zcopy_mem_handle_t handle);
+zcopy_status_t zcopy_registry_deactivate(uintptr_t va);
+
+/* True when [buf, buf + len) lies wholly in activated memory of one range
+ * (it may span adjacent blocks). len == 0 is always covered. */
+bool zcopy_registry_covers(const void *buf, size_t len);
+
+/* Copies of the current blocks, for publication to peers; returns the count
+ * (at most @max) and the registry's change counter in *@epoch. */
+size_t zcopy_registry_snapshot(zcopy_block_t *blocks, size_t max,
+                               uint64_t *epoch);
+
+/* Counts for tests and leak checks. */
+void zcopy_registry_counts(size_t *nranges, size_t *nblocks);
+
+#endif
