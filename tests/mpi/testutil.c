@@ -1,0 +1,103 @@
+#include "testutil.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+/* Per-process test counters: one test program, one tally. */
+unsigned long zt_passed, zt_failed;
+
+#define ZT_DIE(...)                                                          \
+    do {                                                                     \
+        fprintf(stderr, __VA_ARGS__);                                        \
+        fputc('\n', stderr);                                                 \
+        MPI_Abort(MPI_COMM_WORLD, 2);                                        \
+    } while (0)
+
+void zt_arena_init(zt_arena_t *arena, MPI_Comm comm, size_t bytes)
+{
+    const zcopy_mem_prop_t prop = { .kind = ZCOPY_MEM_HOST, .device = -1 };
+    size_t gran;
+    int rc;
+
+    if (zcopy_mem_granularity(&prop, &gran) != ZCOPY_SUCCESS)
+        ZT_DIE("granularity: %s", zcopy_mem_last_error());
+    arena->size = (bytes + gran - 1) / gran * gran;
+    if (arena->size == 0)
+        arena->size = gran;
+    arena->comm = comm;
+    rc = zcopy_mem_reserve(&arena->base, arena->size, 0, NULL, 0);
+    if (rc != ZCOPY_SUCCESS)
+        ZT_DIE("reserve: %s", zcopy_mem_last_error());
+    if (MPIX_Comm_set_memory_range(comm, arena->base, arena->size, 0, 0))
+        ZT_DIE("set_memory_range failed");
+    rc = zcopy_mem_create(&arena->handle, arena->size, &prop, 0);
+    if (rc != ZCOPY_SUCCESS)
+        ZT_DIE("create: %s", zcopy_mem_last_error());
+    rc = zcopy_mem_map(arena->base, arena->size, 0, arena->handle, 0);
+    if (rc != ZCOPY_SUCCESS)
+        ZT_DIE("map: %s", zcopy_mem_last_error());
+    if (MPIX_Comm_activate_memory(comm, arena->base, arena->size, 0,
+                                  arena->handle, 0))
+        ZT_DIE("activate failed");
+}
+
+void zt_arena_fini(zt_arena_t *arena)
+{
+    if (MPIX_Comm_deactivate_memory(arena->comm, arena->base) ||
+        zcopy_mem_unmap(arena->base) || zcopy_mem_free(arena->handle) ||
+        MPIX_Comm_unset_memory_range(arena->comm, arena->base) ||
+        zcopy_mem_release(arena->base))
+        ZT_DIE("arena teardown failed: %s", zcopy_mem_last_error());
+}
+
+void *zt_arena_alloc(zt_arena_t *arena, size_t *offset, size_t bytes)
+{
+    size_t at = (*offset + 63) & ~(size_t)63;
+
+    if (at + bytes > arena->size)
+        ZT_DIE("arena of %zu bytes too small for %zu more", arena->size, bytes);
+    *offset = at + bytes;
+    return (char *)arena->base + at;
+}
+
+bool zt_check_at(bool cond, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int rank;
+
+    if (cond) {
+        zt_passed++;
+        return true;
+    }
+    if (zt_failed++ < 20) {
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        fprintf(stderr, "[rank %d] %s:%d: ", rank, file, line);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+    }
+    return false;
+}
+
+int zt_finish(void)
+{
+    unsigned long mine[2] = { zt_passed, zt_failed }, all[2];
+    int rank;
+
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("%lu passed, %lu failed\n", all[0], all[1]);
+    MPI_Finalize();
+    return all[1] != 0 || all[0] == 0;
+}
+
+MPIX_Zcopy_stats zt_stats(MPI_Comm comm)
+{
+    MPIX_Zcopy_stats s;
+
+    if (MPIX_Zcopy_get_stats(comm, &s) != MPI_SUCCESS)
+        ZT_DIE("get_stats failed");
+    return s;
+}

@@ -1,0 +1,40 @@
+/* Helpers shared by the MPI tests: activated arenas and result checks. */
+#ifndef ZCOPY_TESTUTIL_H
+#define ZCOPY_TESTUTIL_H
+
+#include <mpix_zcopy.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Reserved, range-set, mapped and activated memory on one communicator. */
+typedef struct {
+    void *base;                   /* start of the activated block */
+    size_t size;                  /* bytes activated */
+    zcopy_mem_handle_t handle;
+    MPI_Comm comm;
+} zt_arena_t;
+
+/* Collective over @comm. Aborts the job on any failure. */
+void zt_arena_init(zt_arena_t *arena, MPI_Comm comm, size_t bytes);
+void zt_arena_fini(zt_arena_t *arena);
+
+/* Bump allocator inside the arena, 64-byte aligned. */
+void *zt_arena_alloc(zt_arena_t *arena, size_t *offset, size_t bytes);
+
+/* Records a failed expectation; prints the first few with their place. */
+#define ZT_CHECK(_cond, ...)                                                 \
+    zt_check_at((_cond), __FILE__, __LINE__, __VA_ARGS__)
+bool zt_check_at(bool cond, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Counted checks that passed / failed on this rank. */
+extern unsigned long zt_passed, zt_failed;
+
+/* Sums the counts over MPI_COMM_WORLD, prints "N passed, N failed" on rank
+ * 0, calls MPI_Finalize and returns the exit status for main. A test that
+ * checked nothing fails. */
+int zt_finish(void);
+
+MPIX_Zcopy_stats zt_stats(MPI_Comm comm);
+
+#endif
