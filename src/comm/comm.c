@@ -1,6 +1,8 @@
 /* Per-communicator state: creation, lookup by MPI handle, statistics. */
 #include "comm.h"
 
+#include "coll/control.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,7 @@ ZCOPY_COMPONENT_API void zcopy_comm_destroy(zcopy_comm_t *zc)
     if (*pp)
         *pp = zc->next;
     pthread_mutex_unlock(&comms.lock);
+    zcopy_ctl_destroy(zc->ctl);
     free(zc);
 }
 

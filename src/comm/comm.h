@@ -20,11 +20,22 @@ typedef struct {
     void *ctx;
 } zcopy_comm_ops_t;
 
+struct zcopy_ctl;
+
+typedef enum {
+    ZCOPY_COMM_NEW,               /* set up at its first collective */
+    ZCOPY_COMM_READY,             /* zero-copy possible */
+    ZCOPY_COMM_DISABLED           /* always falls back, see disabled_reason */
+} zcopy_comm_state_t;
+
 typedef struct zcopy_comm {
     MPI_Comm handle;
     int rank;
     int size;
     zcopy_comm_ops_t ops;
+    zcopy_comm_state_t state;
+    struct zcopy_ctl *ctl;        /* control plane, once READY */
+    char disabled_reason[48];
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     struct zcopy_comm *next;      /* in the process's list, for lookup */

@@ -228,7 +228,8 @@ zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
             (reg.nblocks - i) * sizeof(*reg.blocks));
     reg.blocks[i] = (zcopy_block_t){ .va = va, .size = size,
                                      .generation = reg.next_generation++,
-                                     .range_base = r->base, .map = info };
+                                     .range_base = r->base,
+                                     .range_size = r->size, .map = info };
     reg.nblocks++;
     r->nblocks++;
     reg.epoch++;

@@ -18,6 +18,7 @@ typedef struct {
     size_t size;
     uint64_t generation;
     uintptr_t range_base;         /* the set range holding the block */
+    size_t range_size;
     zcopy_mem_mapping_info_t map; /* fd, offset and identity of the pages */
 } zcopy_block_t;
 

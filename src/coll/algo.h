@@ -1,0 +1,85 @@
+/*
+ * Shared by the algorithm files: one collective call in flight, after the
+ * ranks agreed to run it zero-copy, and the helpers that move data.
+ *
+ * Every algorithm follows the same shape: arrival (done by the caller),
+ * loads and stores through peers' mappings, then zcopy_ctl_sync so that no
+ * rank returns while a peer may still touch its buffers. Every rank passes
+ * the same syncs whatever its role, even after a failure (which it reports
+ * through the sync), so a failure can never hang the job.
+ */
+#ifndef ZCOPY_COLL_ALGO_H
+#define ZCOPY_COLL_ALGO_H
+
+#include "coll.h"
+#include "control.h"
+#include "reduce/reduce.h"
+
+#include <string.h>
+
+typedef struct {
+    zcopy_comm_t *zc;
+    zcopy_ctl_t *ctl;
+    const zcopy_coll_args_t *a;
+    uint64_t seq;                 /* the collective's number on this comm */
+    int rank, nranks;
+    size_t ssize, rsize;          /* bytes per element of stype, rtype */
+    uint64_t ipc_bytes;           /* moved through peer mappings */
+    bool failed;
+} zcopy_algo_t;
+
+typedef zcopy_status_t (*zcopy_algo_fn_t)(zcopy_algo_t *algo);
+
+/* The agreed arguments of @rank for this collective. */
+static inline const zcopy_ctl_args_t *zcopy_algo_args(const zcopy_algo_t *al,
+                                                      int rank)
+{
+    return zcopy_ctl_args(al->ctl, rank, al->seq);
+}
+
+/* This process's address of @len bytes at @rank's buffer @base + @offset
+ * (a peer's through its mapping); NULL, and the call marked failed, when it
+ * cannot be mapped. */
+static inline uint8_t *zcopy_algo_at(zcopy_algo_t *al, int rank, uint64_t base,
+                                     size_t offset, size_t len)
+{
+    uint8_t *p;
+
+    if (al->failed)
+        return NULL;
+    if (zcopy_ctl_map(al->ctl, rank, base + offset, len, &p) != ZCOPY_SUCCESS) {
+        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: %s", al->rank,
+                  zcopy_error_detail());
+        al->failed = true;
+        return NULL;
+    }
+    return p;
+}
+
+/* A copy where at least one side may be a peer's memory. */
+static inline void zcopy_algo_copy(zcopy_algo_t *al, void *dst,
+                                   const void *src, size_t len, bool remote)
+{
+    if (dst == NULL || src == NULL || len == 0 || dst == src)
+        return;
+    memcpy(dst, src, len);
+    if (remote)
+        al->ipc_bytes += len;
+}
+
+/* Ends the collective: true when it failed on any rank. */
+static inline bool zcopy_algo_finish(zcopy_algo_t *al)
+{
+    return zcopy_ctl_sync(al->ctl, al->failed);
+}
+
+zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al);
+zcopy_status_t zcopy_algo_alltoall(zcopy_algo_t *al);
+
+#endif

@@ -1,0 +1,107 @@
+/*
+ * Control plane of one communicator: a shared segment with one slot per
+ * rank, through which the ranks agree on each collective's path and learn
+ * each other's buffer addresses, and the synchronisation steps of the
+ * zero-copy algorithms.
+ *
+ * Slot layout (one writer per slot, read by every rank of the comm):
+ *   line 0  arrive: number of the last collective this rank entered, and
+ *           that collective's arguments, double-buffered by parity. A rank
+ *           rewrites args[k % 2] only in collective k, after it has seen
+ *           every peer arrive at k - 1, i.e. after every peer finished
+ *           reading args[k % 2] of collective k - 2.
+ *   line 1  sync: (number of syncs passed << 1) | failed.
+ *   then    vectors (counts, displacements) of the v-collectives, also
+ *           double-buffered, for the peers that need another rank's.
+ */
+#ifndef ZCOPY_COLL_CONTROL_H
+#define ZCOPY_COLL_CONTROL_H
+
+#include "comm/comm.h"
+#include "ipc/ipc.h"
+
+#include <assert.h>
+#include <stdatomic.h>
+
+typedef struct {
+    uint32_t reason;              /* ZCOPY_ELIGIBLE or why this rank is not */
+    uint32_t flags;               /* ZCOPY_CTL_IN_PLACE */
+    uint64_t sbuf;                /* effective send buffer (own address) */
+    uint64_t rbuf;
+} zcopy_ctl_args_t;
+
+typedef struct {
+    _Atomic uint64_t arrive;
+    zcopy_ctl_args_t args[2];
+    uint8_t pad0[ZCOPY_CACHE_LINE - 8 - 2 * sizeof(zcopy_ctl_args_t)];
+    _Atomic uint64_t sync;
+    uint8_t pad1[ZCOPY_CACHE_LINE - 8];
+    int64_t vectors[];            /* [2][ZCOPY_CTL_NVEC][nranks], in bytes */
+} zcopy_ctl_slot_t;
+static_assert(sizeof(zcopy_ctl_slot_t) == 2 * ZCOPY_CACHE_LINE,
+              "slot header is two cache lines, shared between processes");
+
+#define ZCOPY_CTL_IN_PLACE 0x1u
+
+#define ZCOPY_CTL_NVEC 3          /* vectors a rank may publish per call */
+#define ZCOPY_CTL_MAX_RANKS 1024  /* larger communicators fall back */
+
+typedef struct {
+    uint64_t table_version;
+    uintptr_t addr;
+    size_t len;
+    uint8_t *local;
+} zcopy_ctl_cache_t;
+
+typedef struct zcopy_ctl {
+    int rank, nranks;
+    uint8_t *segment;
+    size_t segment_size;
+    size_t stride;                /* bytes per slot */
+    uint64_t seq;                 /* collectives entered on this comm */
+    uint64_t syncs;               /* syncs passed in the current lifetime */
+    bool yield;                   /* more local ranks than cores */
+    zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
+    zcopy_ctl_cache_t (*cache)[2];/* last two translations per rank */
+    unsigned *cache_next;
+} zcopy_ctl_t;
+
+/* Collective over the communicator (through its service ops): builds the
+ * segment and imports every peer. On failure, *reason says why, identically
+ * on every rank, and zero-copy stays off for the communicator. */
+zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
+                                char *reason, size_t reason_len);
+void zcopy_ctl_destroy(zcopy_ctl_t *ctl);
+
+static inline zcopy_ctl_slot_t *zcopy_ctl_slot(const zcopy_ctl_t *ctl, int rank)
+{
+    return (zcopy_ctl_slot_t *)(ctl->segment + (size_t)rank * ctl->stride);
+}
+
+/* Vector @which of @rank's slot for collective @seq. */
+static inline int64_t *zcopy_ctl_vector(const zcopy_ctl_t *ctl, int rank,
+                                        uint64_t seq, int which)
+{
+    return zcopy_ctl_slot(ctl, rank)->vectors +
+           ((seq & 1) * ZCOPY_CTL_NVEC + (size_t)which) * (size_t)ctl->nranks;
+}
+
+/* Enters the next collective with this rank's arguments and waits for all
+ * peers to enter it too. Returns the collective's number. */
+uint64_t zcopy_ctl_arrive(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
+
+static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
+                                                     int rank, uint64_t seq)
+{
+    return &zcopy_ctl_slot(ctl, rank)->args[seq & 1];
+}
+
+/* A full synchronisation of the comm. Every rank passes the same syncs in
+ * the same order; returns true when any rank reported failure. */
+bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed);
+
+/* This process's address of [addr, addr + len) of @rank's memory. */
+zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,
+                             size_t len, uint8_t **local_p);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * Pure data movement: allgather(v), bcast, gather(v), scatter(v). Each rank
+ * moves its own share at once: allgather and scatter pull into the local
+ * output, gather pushes into the root's output, bcast pulls from the root.
+ * Peers are visited starting after this rank so that ranks do not all read
+ * the same peer first.
+ */
+#include "algo.h"
+
+/* Byte offset and length of block @j in a (v-)layout of @elem-byte items. */
+static void block_of(bool vector, const int *counts, const int *displs,
+                     size_t count, size_t elem, int j, size_t *off, size_t *len)
+{
+    if (vector) {
+        *off = (size_t)displs[j] * elem;
+        *len = (size_t)counts[j] * elem;
+    } else {
+        *off = count * elem * (size_t)j;
+        *len = count * elem;
+    }
+}
+
+zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
+{
+    const zcopy_coll_args_t *a = al->a;
+    const bool vector = a->type == ZCOPY_COLL_ALLGATHERV;
+    const int n = al->nranks, r = al->rank;
+    uint8_t *rbuf = a->rbuf;
+    size_t off, len;
+
+    for (int k = 1; k < n && !al->failed; k++) {
+        int j = (r + k) % n;
+        block_of(vector, a->rcounts, a->rdispls, a->rcount, al->rsize, j,
+                 &off, &len);
+        zcopy_algo_copy(al, rbuf + off,
+                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->sbuf, 0, len),
+                        len, true);
+    }
+    if (a->sbuf != MPI_IN_PLACE) {
+        block_of(vector, a->rcounts, a->rdispls, a->rcount, al->rsize, r,
+                 &off, &len);
+        zcopy_algo_copy(al, rbuf + off, a->sbuf, len, false);
+    }
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al)
+{
+    const size_t len = al->a->rcount * al->rsize;
+    const int root = al->a->root;
+
+    if (al->rank != root)
+        zcopy_algo_copy(al, al->a->rbuf,
+                        zcopy_algo_at(al, root, zcopy_algo_args(al, root)->sbuf,
+                                      0, len),
+                        len, true);
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
+
+/* Where block @j goes in the root's output (gather) or comes from in the
+ * root's input (scatter): v-layouts use the byte displacements the root
+ * published at arrival. */
+static size_t root_offset(zcopy_algo_t *al, bool vector, size_t block, int j)
+{
+    if (vector)
+        return (size_t)zcopy_ctl_vector(al->ctl, al->a->root, al->seq, 0)[j];
+    return block * (size_t)j;
+}
+
+zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
+{
+    const zcopy_coll_args_t *a = al->a;
+    const bool vector = a->type == ZCOPY_COLL_GATHERV;
+    const int root = a->root, r = al->rank;
+    const size_t len = a->scount * al->ssize;
+    uint64_t out = zcopy_algo_args(al, root)->rbuf;
+
+    if (r != root)
+        zcopy_algo_copy(al,
+                        zcopy_algo_at(al, root, out, root_offset(al, vector, len, r),
+                                      len),
+                        a->sbuf, len, true);
+    else if (a->sbuf != MPI_IN_PLACE)
+        zcopy_algo_copy(al, (uint8_t *)a->rbuf + root_offset(al, vector, len, r),
+                        a->sbuf, len, false);
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
+{
+    const zcopy_coll_args_t *a = al->a;
+    const bool vector = a->type == ZCOPY_COLL_SCATTERV;
+    const int root = a->root, r = al->rank;
+    uint64_t in = zcopy_algo_args(al, root)->sbuf;
+    size_t len;
+
+    if (r != root) {
+        len = a->rcount * al->rsize;
+        zcopy_algo_copy(al, a->rbuf,
+                        zcopy_algo_at(al, root, in,
+                                      root_offset(al, vector, len, r), len),
+                        len, true);
+    } else if (a->rbuf != MPI_IN_PLACE) {
+        len = vector ? (size_t)a->scounts[r] * al->ssize : a->scount * al->ssize;
+        zcopy_algo_copy(al, a->rbuf,
+                        (const uint8_t *)a->sbuf + root_offset(al, vector, len, r),
+                        len, false);
+    }
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}

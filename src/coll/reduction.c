@@ -1,0 +1,179 @@
+/*
+ * Reductions: allreduce, reduce, reduce_scatter and reduce_scatter_block.
+ *
+ * Large messages are split into one slice per rank, so that every rank
+ * reduces at once: rank r reads slice r of every input through the
+ * mappings and writes the result where it belongs (every rank's output for
+ * allreduce, the root's for reduce, its own for reduce_scatter). Slice r of
+ * every buffer is touched by rank r alone, which is what makes MPI_IN_PLACE
+ * safe without a scratch buffer. Slices start on cache-line boundaries so
+ * that ranks writing neighbouring slices never share a line.
+ *
+ * Each slice is reduced by exactly one rank and then copied, so every rank
+ * gets bitwise the same result.
+ */
+#include "algo.h"
+
+/* Reduce this many bytes per step: the inputs of a step stay in cache while
+ * the result is copied out to the peers. */
+#define ZCOPY_REDUCE_CHUNK (32u << 10)
+
+static int gcd(int a, int b)
+{
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Elements [*lo, *hi) of @count that rank @r of @n reduces. */
+static void slice_of(size_t count, size_t elem, int r, int n, size_t *lo,
+                     size_t *hi)
+{
+    size_t unit = (size_t)(ZCOPY_CACHE_LINE / gcd(ZCOPY_CACHE_LINE, (int)elem));
+    size_t units = (count + unit - 1) / unit;
+
+    *lo = units * (size_t)r / (size_t)n * unit;
+    *hi = units * (size_t)(r + 1) / (size_t)n * unit;
+    *lo = *lo < count ? *lo : count;
+    *hi = *hi < count ? *hi : count;
+}
+
+/* Local addresses of every rank's whole buffer (sbuf or rbuf as published). */
+static bool map_all(zcopy_algo_t *al, bool send, size_t len, uint8_t **bufs)
+{
+    for (int j = 0; j < al->nranks; j++) {
+        const zcopy_ctl_args_t *args = zcopy_algo_args(al, j);
+        bufs[j] = zcopy_algo_at(al, j, send ? args->sbuf : args->rbuf, 0, len);
+    }
+    return !al->failed;
+}
+
+/* dst = the reduction of @nsrcs inputs at @offset, sources taken in the
+ * order first, first + 1, ... (mod n). */
+static void reduce_step(zcopy_algo_t *al, uint8_t *dst, uint8_t *const *ins,
+                        int first, size_t offset, size_t count)
+{
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const int n = al->nranks;
+
+    for (int k = 0; k < n; k++) {
+        int j = (first + k) % n;
+        srcs[k] = ins[j] + offset;
+        if (j != al->rank)
+            al->ipc_bytes += count * al->ssize;
+    }
+    if (zcopy_reduce(al->a->op, al->a->stype, dst, srcs, n, count) !=
+        ZCOPY_SUCCESS)
+        al->failed = true;
+}
+
+/* Small and out of place: every rank reduces the whole vector into its own
+ * output, sources in rank order, so nobody writes to a peer. */
+static void allreduce_replicated(zcopy_algo_t *al, uint8_t *const *ins,
+                                 uint8_t *out, size_t count)
+{
+    reduce_step(al, out, ins, 0, 0, count);
+}
+
+static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,
+                             uint8_t *const *outs, size_t count)
+{
+    const size_t e = al->ssize, chunk = ZCOPY_REDUCE_CHUNK / e;
+    const int n = al->nranks, r = al->rank;
+    size_t lo, hi;
+
+    slice_of(count, e, r, n, &lo, &hi);
+    for (size_t at = lo; at < hi && !al->failed; at += chunk) {
+        size_t len = hi - at < chunk ? hi - at : chunk;
+        /* Own input first: in place, it is the one dst aliases. */
+        reduce_step(al, outs[r] + at * e, ins, r, at * e, len);
+        for (int k = 1; k < n; k++)
+            zcopy_algo_copy(al, outs[(r + k) % n] + at * e, outs[r] + at * e,
+                            len * e, true);
+    }
+}
+
+zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
+{
+    uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *outs[ZCOPY_CTL_MAX_RANKS];
+    const size_t count = al->a->scount, bytes = count * al->ssize;
+    const bool in_place = zcopy_algo_args(al, 0)->flags & ZCOPY_CTL_IN_PLACE;
+
+    if (count > 0 && map_all(al, true, bytes, ins) &&
+        map_all(al, false, bytes, outs)) {
+        if (bytes <= zcopy_config.small_msg && !in_place)
+            allreduce_replicated(al, ins, outs[al->rank], count);
+        else
+            allreduce_sliced(al, ins, outs, count);
+    }
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
+{
+    uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *out;
+    const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
+    const int root = al->a->root;
+    size_t lo, hi, chunk = ZCOPY_REDUCE_CHUNK / e;
+
+    if (count == 0 || !map_all(al, true, bytes, ins))
+        goto out;
+    out = zcopy_algo_at(al, root, zcopy_algo_args(al, root)->rbuf, 0, bytes);
+    if (out == NULL)
+        goto out;
+    if (bytes <= zcopy_config.small_msg) {
+        if (al->rank == root)
+            reduce_step(al, out, ins, root, 0, count);
+        goto out;
+    }
+    slice_of(count, e, al->rank, al->nranks, &lo, &hi);
+    for (size_t at = lo; at < hi && !al->failed; at += chunk) {
+        size_t len = hi - at < chunk ? hi - at : chunk;
+        /* Root's input first: in place at the root, it is dst's alias. */
+        reduce_step(al, out + at * e, ins, root, at * e, len);
+        if (al->rank != root)
+            al->ipc_bytes += len * e;
+    }
+out:
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
+
+/* Rank r reduces block r of every input. In place, the inputs are the
+ * outputs, and block 0 of this rank's buffer may only be overwritten once
+ * rank 0 has read it: hence the result goes to block r first, then moves to
+ * the front after the sync. */
+zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
+{
+    uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
+    const zcopy_coll_args_t *a = al->a;
+    const int n = al->nranks, r = al->rank;
+    const size_t e = al->ssize;
+    const bool in_place = zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE;
+    size_t total = 0, displ = 0, own;
+    uint8_t *dst;
+
+    for (int j = 0; j < n; j++) {
+        size_t c = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[j]
+                                                        : a->rcount;
+        if (j < r)
+            displ += c;
+        total += c;
+    }
+    own = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[r] : a->rcount;
+    dst = in_place ? (uint8_t *)a->rbuf + displ * e : (uint8_t *)a->rbuf;
+    if (own > 0 && map_all(al, true, total * e, ins)) {
+        for (size_t at = 0; at < own && !al->failed; at += ZCOPY_REDUCE_CHUNK / e) {
+            size_t len = own - at < ZCOPY_REDUCE_CHUNK / e ? own - at
+                                                          : ZCOPY_REDUCE_CHUNK / e;
+            reduce_step(al, dst + at * e, ins, r, (displ + at) * e, len);
+        }
+    }
+    if (zcopy_ctl_sync(al->ctl, al->failed))
+        return ZCOPY_ERR_INTERNAL;
+    if (in_place && displ > 0 && own > 0)
+        memmove(a->rbuf, dst, own * e);
+    return ZCOPY_SUCCESS;
+}

@@ -1,0 +1,110 @@
+/*
+ * The owner's side: this process's export table, rewritten from the
+ * registry after every activation change.
+ */
+#include "table.h"
+
+#include "registry/registry.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* One table per process, like the registry it mirrors. */
+static struct {
+    pthread_mutex_t lock;
+    int fd;
+    uint64_t ino;
+    zcopy_ipc_table_t *table;
+} exported = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
+
+static zcopy_status_t export_create_locked(void)
+{
+    struct stat st;
+    void *p;
+    int fd;
+
+    if (exported.table != NULL)
+        return ZCOPY_SUCCESS;
+    fd = memfd_create("zcopy-export", MFD_CLOEXEC);
+    if (fd < 0)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "export table: memfd_create: %s",
+                           strerror(errno));
+    if (ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 || fstat(fd, &st) != 0)
+        goto err_close;
+    p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ | PROT_WRITE,
+             MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        goto err_close;
+    exported.table = p;
+    exported.table->magic = ZCOPY_IPC_TABLE_MAGIC;
+    exported.fd = fd;
+    exported.ino = (uint64_t)st.st_ino;
+    return ZCOPY_SUCCESS;
+
+err_close:
+    close(fd);
+    return zcopy_error(ZCOPY_ERR_SYSTEM, "export table: %s", strerror(errno));
+}
+
+zcopy_status_t zcopy_ipc_local_id(zcopy_ipc_id_t *id)
+{
+    zcopy_status_t st;
+
+    pthread_mutex_lock(&exported.lock);
+    st = export_create_locked();
+    pthread_mutex_unlock(&exported.lock);
+    if (st != ZCOPY_SUCCESS)
+        return st;
+    ZCOPY_CHECK(zcopy_ipc_export_refresh());
+    id->pid = (int32_t)getpid();
+    id->table_fd = exported.fd;
+    id->table_ino = exported.ino;
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_ipc_export_refresh(void)
+{
+    zcopy_block_t *blocks;
+    zcopy_ipc_table_t *t;
+    uint64_t epoch;
+    size_t n;
+
+    blocks = malloc(sizeof(*blocks) * (ZCOPY_IPC_MAX_BLOCKS + 1));
+    if (blocks == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "export table: out of memory");
+    n = zcopy_registry_snapshot(blocks, ZCOPY_IPC_MAX_BLOCKS + 1, &epoch);
+    if (n > ZCOPY_IPC_MAX_BLOCKS) {
+        free(blocks);
+        return zcopy_error(ZCOPY_ERR_NOMEM,
+                           "more than %d activated blocks in one process",
+                           ZCOPY_IPC_MAX_BLOCKS);
+    }
+    pthread_mutex_lock(&exported.lock);
+    t = exported.table;
+    if (t == NULL) /* no communicator has asked for peers yet */
+        goto out;
+    /* Odd sequence: readers copying now will retry. The release fence
+     * orders the odd store before the entry stores. */
+    atomic_fetch_add_explicit(&t->seq, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (size_t i = 0; i < n; i++)
+        t->entries[i] = (zcopy_ipc_entry_t){
+            .va = blocks[i].va, .size = blocks[i].size,
+            .generation = blocks[i].generation,
+            .range_base = blocks[i].range_base,
+            .range_size = blocks[i].range_size,
+            .offset = blocks[i].map.offset, .ino = (uint64_t)blocks[i].map.ino,
+            .fd = blocks[i].map.fd };
+    t->nblocks = (uint32_t)n;
+    /* Even again: publishes the entries written above. */
+    atomic_fetch_add_explicit(&t->seq, 1, memory_order_release);
+out:
+    pthread_mutex_unlock(&exported.lock);
+    free(blocks);
+    return ZCOPY_SUCCESS;
+}

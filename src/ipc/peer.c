@@ -1,0 +1,431 @@
+/*
+ * The importer's side: peers, their mirrors and the blocks imported into
+ * them. See ipc.h for the mechanism.
+ */
+#include "table.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef struct {
+    uint64_t base;                /* the owner's range */
+    uint64_t size;
+    uint8_t *local;               /* our reservation mirroring it */
+    unsigned nimports;
+} ipc_mirror_t;
+
+typedef struct {
+    uint64_t va;                  /* owner's address */
+    uint64_t size;
+    uint64_t generation;
+    ipc_mirror_t *mirror;
+} ipc_import_t;
+
+struct zcopy_ipc_peer {
+    pid_t pid;
+    int pidfd;
+    unsigned refs;
+    const zcopy_ipc_table_t *table;   /* the owner's, mapped read-only */
+    uint64_t seen_seq;                /* table version the imports match */
+    zcopy_ipc_entry_t *entries;       /* copy of the table at seen_seq */
+    uint32_t nentries;
+    ipc_mirror_t **mirrors;
+    size_t nmirrors;
+    ipc_import_t *imports;            /* sorted by va */
+    size_t nimports;
+    struct zcopy_ipc_peer *next;
+};
+
+/* Peers are per process: every communicator shares one import of each
+ * peer, as it shares one registry. */
+static struct {
+    pthread_mutex_t lock;
+    zcopy_ipc_peer_t *head;
+} peers = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int sys_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+static int sys_pidfd_getfd(int pidfd, int fd)
+{
+    return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+}
+
+static zcopy_status_t fetch_fd(int pidfd, pid_t pid, int remote_fd,
+                               uint64_t ino, int *fd_p)
+{
+    struct stat st;
+    int fd = sys_pidfd_getfd(pidfd, remote_fd);
+
+    if (fd < 0)
+        return zcopy_error(errno == EPERM ? ZCOPY_ERR_UNSUPPORTED
+                                          : ZCOPY_ERR_SYSTEM,
+                           "cannot fetch fd %d of process %d: %s", remote_fd,
+                           (int)pid, strerror(errno));
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != ino) {
+        close(fd);
+        return zcopy_error(ZCOPY_ERR_NOT_FOUND,
+                           "fd %d of process %d is no longer the memory it "
+                           "published", remote_fd, (int)pid);
+    }
+    *fd_p = fd;
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_ipc_fetch_fd(pid_t pid, int remote_fd, uint64_t ino,
+                                  int *fd_p)
+{
+    zcopy_status_t st;
+    int pidfd = sys_pidfd_open(pid);
+
+    if (pidfd < 0)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "pidfd_open(%d): %s", (int)pid,
+                           strerror(errno));
+    st = fetch_fd(pidfd, pid, remote_fd, ino, fd_p);
+    close(pidfd);
+    return st;
+}
+
+/* --- table copy ---------------------------------------------------------- */
+
+/* Copies the owner's table; returns the version copied. */
+static uint64_t peer_copy_table(zcopy_ipc_peer_t *peer)
+{
+    const zcopy_ipc_table_t *t = peer->table;
+    uint64_t before, after;
+    uint32_t n;
+
+    for (;;) {
+        before = atomic_load_explicit(&t->seq, memory_order_acquire);
+        if (before & 1) {
+            sched_yield();
+            continue;
+        }
+        n = t->nblocks;
+        if (n > ZCOPY_IPC_MAX_BLOCKS)
+            n = 0;
+        memcpy(peer->entries, t->entries, n * sizeof(*peer->entries));
+        /* The copy above must complete before the version is re-read. */
+        atomic_thread_fence(memory_order_acquire);
+        after = atomic_load_explicit(&t->seq, memory_order_relaxed);
+        if (before == after)
+            break;
+    }
+    peer->nentries = n;
+    return before;
+}
+
+static const zcopy_ipc_entry_t *peer_entry(const zcopy_ipc_peer_t *peer,
+                                           uint64_t generation)
+{
+    for (uint32_t i = 0; i < peer->nentries; i++)
+        if (peer->entries[i].generation == generation)
+            return &peer->entries[i];
+    return NULL;
+}
+
+/* --- mirrors and imports ------------------------------------------------- */
+
+static void mirror_release(zcopy_ipc_peer_t *peer, size_t index)
+{
+    ipc_mirror_t *m = peer->mirrors[index];
+
+    munmap(m->local, m->size);
+    free(m);
+    peer->mirrors[index] = peer->mirrors[--peer->nmirrors];
+}
+
+static zcopy_status_t mirror_get(zcopy_ipc_peer_t *peer, uint64_t base,
+                                 uint64_t size, ipc_mirror_t **mirror_p)
+{
+    ipc_mirror_t *m, **grown;
+    void *p;
+
+    for (size_t i = 0; i < peer->nmirrors; i++) {
+        if (peer->mirrors[i]->base == base && peer->mirrors[i]->size == size) {
+            *mirror_p = peer->mirrors[i];
+            return ZCOPY_SUCCESS;
+        }
+    }
+    grown = realloc(peer->mirrors, (peer->nmirrors + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "peer mirror: out of memory");
+    peer->mirrors = grown;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "peer mirror: out of memory");
+    p = mmap(NULL, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        free(m);
+        return zcopy_error(ZCOPY_ERR_NOMEM,
+                           "no %llu bytes of address space to mirror a range "
+                           "of process %d", (unsigned long long)size,
+                           (int)peer->pid);
+    }
+    *m = (ipc_mirror_t){ .base = base, .size = size, .local = p };
+    peer->mirrors[peer->nmirrors++] = m;
+    *mirror_p = m;
+    return ZCOPY_SUCCESS;
+}
+
+static void import_drop(zcopy_ipc_peer_t *peer, size_t index)
+{
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+    ipc_import_t *imp = &peer->imports[index];
+    ipc_mirror_t *m = imp->mirror;
+
+    /* Back to a hole in the mirror: the peer's pages are released here. */
+    mmap(m->local + (imp->va - m->base), imp->size, PROT_NONE, flags, -1, 0);
+    m->nimports--;
+    memmove(imp, imp + 1, (peer->nimports - index - 1) * sizeof(*imp));
+    peer->nimports--;
+    zcopy_log(ZCOPY_LOG_TRACE, "ipc", "dropped import of [%p, +%llu) of %d",
+              (void *)(uintptr_t)imp->va, (unsigned long long)imp->size,
+              (int)peer->pid);
+}
+
+static size_t import_lower_bound(const zcopy_ipc_peer_t *peer, uint64_t va)
+{
+    size_t lo = 0, hi = peer->nimports;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (peer->imports[mid].va + peer->imports[mid].size <= va)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
+                                   const zcopy_ipc_entry_t *e)
+{
+    ipc_mirror_t *m = NULL;
+    ipc_import_t *grown;
+    size_t at;
+    void *p;
+    int fd;
+
+    ZCOPY_CHECK(mirror_get(peer, e->range_base, e->range_size, &m));
+    grown = realloc(peer->imports, (peer->nimports + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "import: out of memory");
+    peer->imports = grown;
+    ZCOPY_CHECK(fetch_fd(peer->pidfd, peer->pid, e->fd, e->ino, &fd));
+    p = mmap(m->local + (e->va - e->range_base), e->size,
+             PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)e->offset);
+    close(fd); /* the mapping keeps the pages */
+    if (p == MAP_FAILED)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "mapping a block of %d: %s",
+                           (int)peer->pid, strerror(errno));
+    at = import_lower_bound(peer, e->va);
+    memmove(&peer->imports[at + 1], &peer->imports[at],
+            (peer->nimports - at) * sizeof(*peer->imports));
+    peer->imports[at] = (ipc_import_t){ .va = e->va, .size = e->size,
+                                        .generation = e->generation,
+                                        .mirror = m };
+    peer->nimports++;
+    m->nimports++;
+    zcopy_log(ZCOPY_LOG_TRACE, "ipc", "imported [%p, +%llu) gen %llu of %d",
+              (void *)(uintptr_t)e->va, (unsigned long long)e->size,
+              (unsigned long long)e->generation, (int)peer->pid);
+    return ZCOPY_SUCCESS;
+}
+
+/* Brings imports in line with the owner's table when it has changed. */
+static void peer_resync(zcopy_ipc_peer_t *peer)
+{
+    uint64_t seq = atomic_load_explicit(&peer->table->seq, memory_order_acquire);
+
+    if (seq == peer->seen_seq)
+        return;
+    peer->seen_seq = peer_copy_table(peer);
+    for (size_t i = peer->nimports; i-- > 0;)
+        if (peer_entry(peer, peer->imports[i].generation) == NULL)
+            import_drop(peer, i);
+    for (size_t i = peer->nmirrors; i-- > 0;)
+        if (peer->mirrors[i]->nimports == 0)
+            mirror_release(peer, i);
+}
+
+/* --- public -------------------------------------------------------------- */
+
+static void peer_free(zcopy_ipc_peer_t *peer)
+{
+    while (peer->nimports)
+        import_drop(peer, peer->nimports - 1);
+    while (peer->nmirrors)
+        mirror_release(peer, peer->nmirrors - 1);
+    if (peer->table)
+        munmap((void *)peer->table, sizeof(*peer->table));
+    if (peer->pidfd >= 0)
+        close(peer->pidfd);
+    free(peer->entries);
+    free(peer->mirrors);
+    free(peer->imports);
+    free(peer);
+}
+
+static zcopy_status_t peer_open(const zcopy_ipc_id_t *id,
+                                zcopy_ipc_peer_t **peer_p)
+{
+    zcopy_ipc_peer_t *peer = calloc(1, sizeof(*peer));
+    zcopy_status_t st;
+    void *p;
+    int fd;
+
+    if (peer == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "peer: out of memory");
+    peer->pid = id->pid;
+    peer->seen_seq = UINT64_MAX;
+    peer->entries = malloc(ZCOPY_IPC_MAX_BLOCKS * sizeof(*peer->entries));
+    peer->pidfd = sys_pidfd_open(id->pid);
+    if (peer->entries == NULL || peer->pidfd < 0) {
+        st = zcopy_error(ZCOPY_ERR_SYSTEM, "peer %d: pidfd_open: %s",
+                         (int)id->pid, strerror(errno));
+        goto err;
+    }
+    st = fetch_fd(peer->pidfd, id->pid, id->table_fd, id->table_ino, &fd);
+    if (st != ZCOPY_SUCCESS)
+        goto err;
+    p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        st = zcopy_error(ZCOPY_ERR_SYSTEM, "peer %d: mapping its table: %s",
+                         (int)id->pid, strerror(errno));
+        goto err;
+    }
+    peer->table = p;
+    if (peer->table->magic != ZCOPY_IPC_TABLE_MAGIC) {
+        st = zcopy_error(ZCOPY_ERR_INTERNAL, "peer %d: not a zcopy table",
+                         (int)id->pid);
+        goto err;
+    }
+    *peer_p = peer;
+    return ZCOPY_SUCCESS;
+
+err:
+    peer_free(peer);
+    return st;
+}
+
+zcopy_status_t zcopy_ipc_peer_get(const zcopy_ipc_id_t *id,
+                                  zcopy_ipc_peer_t **peer_p)
+{
+    zcopy_ipc_peer_t *peer;
+    zcopy_status_t st = ZCOPY_SUCCESS;
+
+    pthread_mutex_lock(&peers.lock);
+    for (peer = peers.head; peer && peer->pid != id->pid; peer = peer->next)
+        ;
+    if (peer == NULL) {
+        st = peer_open(id, &peer);
+        if (st == ZCOPY_SUCCESS) {
+            peer->next = peers.head;
+            peers.head = peer;
+        }
+    }
+    if (st == ZCOPY_SUCCESS) {
+        peer->refs++;
+        *peer_p = peer;
+    }
+    pthread_mutex_unlock(&peers.lock);
+    return st;
+}
+
+void zcopy_ipc_peer_put(zcopy_ipc_peer_t *peer)
+{
+    zcopy_ipc_peer_t **pp;
+
+    if (peer == NULL)
+        return;
+    pthread_mutex_lock(&peers.lock);
+    if (--peer->refs == 0) {
+        for (pp = &peers.head; *pp != peer; pp = &(*pp)->next)
+            ;
+        *pp = peer->next;
+        peer_free(peer);
+    }
+    pthread_mutex_unlock(&peers.lock);
+}
+
+zcopy_status_t zcopy_ipc_peer_map(zcopy_ipc_peer_t *peer, uintptr_t addr,
+                                  size_t len, void **local_p)
+{
+    zcopy_status_t st = ZCOPY_SUCCESS;
+    uint64_t at = addr, end = addr + len;
+    const zcopy_ipc_entry_t *e;
+    ipc_mirror_t *mirror = NULL;
+
+    if (len == 0) {
+        *local_p = NULL;
+        return ZCOPY_SUCCESS;
+    }
+    pthread_mutex_lock(&peers.lock);
+    peer_resync(peer);
+    /* Walk the blocks under [addr, end): each must be imported and all must
+     * lie in one mirror for the range to be contiguous here. */
+    while (at < end) {
+        size_t i = import_lower_bound(peer, at);
+        if (i == peer->nimports || peer->imports[i].va > at) {
+            e = NULL;
+            for (uint32_t k = 0; k < peer->nentries && e == NULL; k++)
+                if (peer->entries[k].va <= at &&
+                    at - peer->entries[k].va < peer->entries[k].size)
+                    e = &peer->entries[k];
+            if (e == NULL) {
+                st = zcopy_error(ZCOPY_ERR_NOT_FOUND,
+                                 "process %d has no activated memory at %p",
+                                 (int)peer->pid, (void *)(uintptr_t)at);
+                goto out;
+            }
+            st = import_block(peer, e);
+            if (st != ZCOPY_SUCCESS)
+                goto out;
+            i = import_lower_bound(peer, at);
+        }
+        if (mirror != NULL && peer->imports[i].mirror != mirror) {
+            st = zcopy_error(ZCOPY_ERR_RANGE,
+                             "[%p, +%zu) of process %d spans two ranges",
+                             (void *)addr, len, (int)peer->pid);
+            goto out;
+        }
+        mirror = peer->imports[i].mirror;
+        at = peer->imports[i].va + peer->imports[i].size;
+    }
+    *local_p = mirror->local + (addr - mirror->base);
+out:
+    pthread_mutex_unlock(&peers.lock);
+    return st;
+}
+
+uint64_t zcopy_ipc_peer_version(const zcopy_ipc_peer_t *peer)
+{
+    return atomic_load_explicit(&peer->table->seq, memory_order_acquire);
+}
+
+void zcopy_ipc_sweep(void)
+{
+    pthread_mutex_lock(&peers.lock);
+    for (zcopy_ipc_peer_t *peer = peers.head; peer; peer = peer->next)
+        peer_resync(peer);
+    pthread_mutex_unlock(&peers.lock);
+}
+
+void zcopy_ipc_counts(size_t *npeers, size_t *nimports)
+{
+    *npeers = *nimports = 0;
+    pthread_mutex_lock(&peers.lock);
+    for (zcopy_ipc_peer_t *peer = peers.head; peer; peer = peer->next) {
+        (*npeers)++;
+        *nimports += peer->nimports;
+    }
+    pthread_mutex_unlock(&peers.lock);
+}
