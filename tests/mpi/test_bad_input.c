@@ -98,15 +98,18 @@ static void fixture_setup(fixture_t *fx)
     void *p;
 
     fx->comm = MPI_COMM_WORLD;
-    require(zcopy_mem_reserve(&p, 8 * gran, 0, NULL, 0) == 0, "reserve res");
-    fx->res = p;
+    /* foreign is asked for right after spare, before res exists: then res
+     * never follows spare closely, and a range running past spare's end
+     * straddles it instead of overlapping res's set range. */
     require(zcopy_mem_reserve(&p, 4 * gran, 0, NULL, 0) == 0,
             "reserve spare");
     fx->spare = p;
-    p = mmap(NULL, 4 * gran, PROT_NONE,
+    p = mmap(fx->spare + 4 * gran, 4 * gran, PROT_NONE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     require(p != MAP_FAILED, "mmap foreign");
     fx->foreign = p;
+    require(zcopy_mem_reserve(&p, 8 * gran, 0, NULL, 0) == 0, "reserve res");
+    fx->res = p;
     require(MPIX_Comm_set_memory_range(fx->comm, fx->res, 8 * gran, 0, 0) ==
                 MPI_SUCCESS, "set range on res");
     require(zcopy_mem_create(&fx->ha, 2 * gran, &host_prop, 0) == 0,
