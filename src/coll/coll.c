@@ -75,7 +75,7 @@ typedef struct {
 /* --- datatypes and extents ----------------------------------------------- */
 
 /* Bytes per element of a contiguous datatype, 0 if it is not contiguous. */
-static size_t type_size(MPI_Datatype type)
+static size_t type_size_query(MPI_Datatype type)
 {
     MPI_Aint lb, extent, true_lb, true_extent;
     int size;
@@ -87,6 +87,26 @@ static size_t type_size(MPI_Datatype type)
     if (lb != 0 || true_lb != 0 || extent != size || true_extent != size)
         return 0;
     return (size_t)size;
+}
+
+/* Predefined types never change, so their sizes are remembered per comm;
+ * a derived type's handle may be freed and reused, so it is asked anew. */
+static size_t type_size(zcopy_comm_t *zc, MPI_Datatype type)
+{
+    int nints, naddrs, ntypes, combiner;
+    unsigned slot = (unsigned)(((uintptr_t)type >> 4) % ZCOPY_TYPE_CACHE);
+    size_t size;
+
+    if (zc->type_cache[slot].type == type && type != MPI_DATATYPE_NULL)
+        return zc->type_cache[slot].size;
+    size = type_size_query(type);
+    if (size && MPI_Type_get_envelope(type, &nints, &naddrs, &ntypes,
+                                      &combiner) == MPI_SUCCESS &&
+        combiner == MPI_COMBINER_NAMED) {
+        zc->type_cache[slot].type = type;
+        zc->type_cache[slot].size = size;
+    }
+    return size;
 }
 
 /* Byte extent [lo, hi) covered by a v-layout; false on a negative
@@ -311,8 +331,8 @@ static void coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     memset(p, 0, sizeof(*p));
     if (a->type == ZCOPY_COLL_BARRIER)
         return;
-    al->ssize = send_significant && a->sbuf != MPI_IN_PLACE ? type_size(a->stype) : 1;
-    al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE ? type_size(a->rtype) : 1;
+    al->ssize = send_significant && a->sbuf != MPI_IN_PLACE ? type_size(zc, a->stype) : 1;
+    al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE ? type_size(zc, a->rtype) : 1;
     if (al->ssize == 0 || al->rsize == 0) {
         p->args.reason = REASON_DATATYPE;
         return;
@@ -322,7 +342,7 @@ static void coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     case ZCOPY_COLL_REDUCE:
     case ZCOPY_COLL_REDUCE_SCATTER:
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-        al->ssize = type_size(a->stype);
+        al->ssize = type_size(zc, a->stype);
         if (al->ssize == 0) {
             p->args.reason = REASON_DATATYPE;
             return;

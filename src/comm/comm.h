@@ -22,6 +22,8 @@ typedef struct {
 
 struct zcopy_ctl;
 
+#define ZCOPY_TYPE_CACHE 8
+
 typedef enum {
     ZCOPY_COMM_NEW,               /* set up at its first collective */
     ZCOPY_COMM_READY,             /* zero-copy possible */
@@ -36,6 +38,10 @@ typedef struct zcopy_comm {
     zcopy_comm_state_t state;
     struct zcopy_ctl *ctl;        /* control plane, once READY */
     char disabled_reason[48];
+    struct {
+        MPI_Datatype type;
+        size_t size;
+    } type_cache[ZCOPY_TYPE_CACHE]; /* predefined types seen (coll.c) */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     struct zcopy_comm *next;      /* in the process's list, for lookup */

@@ -6,6 +6,7 @@
 #include "registry.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,7 +25,7 @@ static struct {
     zcopy_block_t *blocks;
     size_t nblocks, cap_blocks;
     uint64_t next_generation;
-    uint64_t epoch;               /* bumped by every change */
+    _Atomic uint64_t epoch;       /* bumped by every change, under lock */
 } reg = { .lock = PTHREAD_MUTEX_INITIALIZER, .next_generation = 1 };
 
 static bool grow(void **array, size_t *cap, size_t n, size_t elem)
@@ -268,9 +269,20 @@ out:
     return st;
 }
 
+/* The last extents found activated, valid while the registry's epoch is
+ * unchanged: collectives ask about the same buffers call after call, and
+ * this answers them without taking the lock. Per thread, so no sharing. */
+typedef struct {
+    uint64_t epoch;
+    uintptr_t lo, hi;
+} covers_entry_t;
+static _Thread_local covers_entry_t covers_cache[2];
+static _Thread_local unsigned covers_next;
+
 bool zcopy_registry_covers(const void *buf, size_t len)
 {
-    uintptr_t at = (uintptr_t)buf, end = at + len;
+    uintptr_t at = (uintptr_t)buf, end = at + len, lo;
+    uint64_t epoch = atomic_load_explicit(&reg.epoch, memory_order_acquire);
     bool covered = false;
     size_t i;
 
@@ -278,13 +290,22 @@ bool zcopy_registry_covers(const void *buf, size_t len)
         return true;
     if (end < at)
         return false;
+    for (int k = 0; k < 2; k++)
+        if (covers_cache[k].epoch == epoch && epoch != 0 &&
+            at >= covers_cache[k].lo && end <= covers_cache[k].hi)
+            return true;
+
     pthread_mutex_lock(&reg.lock);
     i = block_lower_bound(at);
+    lo = i < reg.nblocks ? reg.blocks[i].va : 0;
     /* Walk adjacent blocks of one range until the buffer's end is reached. */
     while (i < reg.nblocks && reg.blocks[i].va <= at) {
         uintptr_t block_end = reg.blocks[i].va + reg.blocks[i].size;
         if (block_end >= end) {
             covered = true;
+            covers_cache[covers_next++ & 1] =
+                (covers_entry_t){ .epoch = reg.epoch, .lo = lo,
+                                           .hi = block_end };
             break;
         }
         if (i + 1 == reg.nblocks || reg.blocks[i + 1].va != block_end ||
