@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 typedef struct {
@@ -504,7 +503,6 @@ out:
 ZCOPY_EXPORT int zcopy_mem_import(int fd, zcopy_mem_handle_t *handle)
 {
     struct zcopy_mem_handle *h;
-    struct statfs sfs;
     struct stat st;
     int nfd;
 
@@ -519,6 +517,10 @@ ZCOPY_EXPORT int zcopy_mem_import(int fd, zcopy_mem_handle_t *handle)
                            "import: fd %d is not exported zcopy memory", fd);
     if (st.st_size <= 0)
         return zcopy_error(ZCOPY_ERR_ARG, "import: fd %d holds no memory", fd);
+    if ((size_t)st.st_size % page_size())
+        return zcopy_error(ZCOPY_ERR_ARG,
+                           "import: fd %d holds %lld bytes, not a whole number "
+                           "of pages", fd, (long long)st.st_size);
     h = calloc(1, sizeof(*h));
     if (h == NULL)
         return zcopy_error(ZCOPY_ERR_NOMEM, "import: out of memory");
@@ -536,7 +538,7 @@ ZCOPY_EXPORT int zcopy_mem_import(int fd, zcopy_mem_handle_t *handle)
     h->imported = true;
     h->granularity = page_size();
     /* hugetlbfs reports its page size as the block size. */
-    if (fstatfs(nfd, &sfs) == 0 && (size_t)st.st_blksize > h->granularity)
+    if ((size_t)st.st_blksize > h->granularity)
         h->granularity = (size_t)st.st_blksize;
     pthread_mutex_lock(&mem.lock);
     h->next = mem.handles;
@@ -602,12 +604,12 @@ zcopy_status_t zcopy_mem_mapping_pin(uintptr_t va, size_t size,
         goto out;
     }
     m = &mem.maps[i];
-    if (m->handle != handle || m->size != size) {
+    if (m->handle != handle || m->size != size || m->offset != 0) {
         st = zcopy_error(ZCOPY_ERR_ARG,
-                         "[%p, +%zu) is not exactly mapped to handle %p (the "
-                         "mapping there is [%p, +%zu) of handle %p)",
-                         (void *)va, size, (void *)handle, (void *)m->va,
-                         m->size, (void *)m->handle);
+                         "[%p, +%zu) is not exactly mapped to handle %p at "
+                         "offset 0 (the mapping there is [%p, +%zu) of handle "
+                         "%p at offset %zu)", (void *)va, size, (void *)handle,
+                         (void *)m->va, m->size, (void *)m->handle, m->offset);
         goto out;
     }
     m->pins++;

@@ -59,8 +59,7 @@ static int host_fallocate_on_node(int fd, size_t size, int node)
         return -1;
     rc = fallocate(fd, 0, 0, (off_t)size);
     saved = errno;
-    syscall(SYS_set_mempolicy, old_mode,
-            old_mode == MPOL_DEFAULT ? NULL : old_mask, maxnode);
+    syscall(SYS_set_mempolicy, old_mode, old_mask, maxnode);
     errno = saved;
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "registry.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,15 @@ static size_t block_lower_bound(uintptr_t va)
     return lo;
 }
 
+/* Prefixes the memory layer's description of a failure with the call. */
+static void error_prefix(zcopy_status_t st, const char *call)
+{
+    char cause[256];
+
+    snprintf(cause, sizeof(cause), "%s", zcopy_error_detail());
+    zcopy_error(st, "%s: %s", call, cause);
+}
+
 /* --- ranges -------------------------------------------------------------- */
 
 zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size)
@@ -118,7 +128,7 @@ zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size)
     }
     st = zcopy_mem_reservation_pin(base, size);
     if (st != ZCOPY_SUCCESS) {
-        zcopy_error(st, "set memory range: %s", zcopy_error_detail());
+        error_prefix(st, "set memory range");
         goto out;
     }
     memmove(&reg.ranges[i + 1], &reg.ranges[i],
@@ -222,7 +232,7 @@ zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
         goto out;
     st = zcopy_mem_mapping_pin(va, size, handle, &info);
     if (st != ZCOPY_SUCCESS) {
-        zcopy_error(st, "activate: %s", zcopy_error_detail());
+        error_prefix(st, "activate");
         goto out;
     }
     memmove(&reg.blocks[i + 1], &reg.blocks[i],
@@ -325,7 +335,8 @@ size_t zcopy_registry_snapshot(zcopy_block_t *blocks, size_t max,
 
     pthread_mutex_lock(&reg.lock);
     n = reg.nblocks < max ? reg.nblocks : max;
-    memcpy(blocks, reg.blocks, n * sizeof(*blocks));
+    if (n > 0)
+        memcpy(blocks, reg.blocks, n * sizeof(*blocks));
     *epoch = reg.epoch;
     pthread_mutex_unlock(&reg.lock);
     return n;
