@@ -3,7 +3,7 @@
 # "default", into build/), then compares collective bandwidth on activated
 # buffers: zcopy against stock Open MPI, same job, same buffers.
 #
-#   scripts/quickstart.sh                 allreduce,allgather,bcast, 8 B..16 MiB
+#   scripts/quickstart.sh                 allreduce,allgather,bcast, 16 B..16 MiB
 #   scripts/quickstart.sh -np 4 -c alltoall --reps 10    (passed to bench/compare.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,7 +25,7 @@ fi
 if [[ -x bench/compare.sh ]]; then
   step "bandwidth on activated buffers: zcopy vs stock Open MPI"
   exec bench/compare.sh --build build -c allreduce,allgather,bcast \
-       -b 8 -e 16M --reps 5 -np 2 "$@"
+       -b 16 -e 16M --reps 5 -np 2 "$@"
 fi
 
 # No benchmark in this checkout yet: run the workflow example instead, with
