@@ -10,11 +10,15 @@ static _Thread_local char error_detail[256];
 
 zcopy_status_t zcopy_error(zcopy_status_t status, const char *fmt, ...)
 {
+    char detail[sizeof(error_detail)];
     va_list ap;
 
+    /* Format aside first: callers may pass the current detail as an
+     * argument to prefix it. */
     va_start(ap, fmt);
-    vsnprintf(error_detail, sizeof(error_detail), fmt, ap);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
+    memcpy(error_detail, detail, sizeof(error_detail));
     zcopy_log(ZCOPY_LOG_DEBUG, "error", "%s: %s", zcopy_strerror(status),
               error_detail);
     return status;
