@@ -1,0 +1,221 @@
+/*
+ * From MPI handles to a reduction kernel, and the MPI_Reduce_local path for
+ * everything without one (user ops, Fortran types, derived types).
+ */
+#include "reduce/reduce_kernels.h"
+
+#include <limits.h>
+#include <string.h>
+
+/* Open MPI's handles are addresses of its predefined objects: address
+ * constants, so they can fill a static table, but not a switch. A linear
+ * scan over a few hundred bytes costs less than a cache miss and runs once
+ * per collective. */
+typedef struct {
+    MPI_Op handle;
+    zcopy_reduce_op_id_t id;
+} reduce_op_entry_t;
+
+typedef struct {
+    MPI_Datatype handle;
+    zcopy_reduce_kind_t kind;
+} reduce_type_entry_t;
+
+static const reduce_op_entry_t reduce_ops[] = {
+    { MPI_SUM, ZCOPY_REDUCE_OP_SUM },       { MPI_MAX, ZCOPY_REDUCE_OP_MAX },
+    { MPI_MIN, ZCOPY_REDUCE_OP_MIN },       { MPI_PROD, ZCOPY_REDUCE_OP_PROD },
+    { MPI_LAND, ZCOPY_REDUCE_OP_LAND },     { MPI_LOR, ZCOPY_REDUCE_OP_LOR },
+    { MPI_LXOR, ZCOPY_REDUCE_OP_LXOR },     { MPI_BAND, ZCOPY_REDUCE_OP_BAND },
+    { MPI_BOR, ZCOPY_REDUCE_OP_BOR },       { MPI_BXOR, ZCOPY_REDUCE_OP_BXOR },
+    { MPI_MAXLOC, ZCOPY_REDUCE_OP_MAXLOC }, { MPI_MINLOC, ZCOPY_REDUCE_OP_MINLOC },
+    { MPI_REPLACE, ZCOPY_REDUCE_OP_REPLACE }, { MPI_NO_OP, ZCOPY_REDUCE_OP_NO_OP },
+};
+
+/* C integer types map onto fixed-width kinds by their size on this ABI. */
+#define SIGNED_KIND(_ctype)                                                      \
+    (sizeof(_ctype) == 1   ? ZCOPY_REDUCE_KIND_INT8                              \
+     : sizeof(_ctype) == 2 ? ZCOPY_REDUCE_KIND_INT16                             \
+     : sizeof(_ctype) == 4 ? ZCOPY_REDUCE_KIND_INT32                             \
+                           : ZCOPY_REDUCE_KIND_INT64)
+#define UNSIGNED_KIND(_ctype)                                                    \
+    (sizeof(_ctype) == 1   ? ZCOPY_REDUCE_KIND_UINT8                             \
+     : sizeof(_ctype) == 2 ? ZCOPY_REDUCE_KIND_UINT16                            \
+     : sizeof(_ctype) == 4 ? ZCOPY_REDUCE_KIND_UINT32                            \
+                           : ZCOPY_REDUCE_KIND_UINT64)
+#define HAS_INTEGER_KIND(_ctype)                                                 \
+    (sizeof(_ctype) == 1 || sizeof(_ctype) == 2 || sizeof(_ctype) == 4 ||        \
+     sizeof(_ctype) == 8)
+_Static_assert(HAS_INTEGER_KIND(short) && HAS_INTEGER_KIND(int) &&
+               HAS_INTEGER_KIND(long) && HAS_INTEGER_KIND(long long) &&
+               HAS_INTEGER_KIND(MPI_Aint) && HAS_INTEGER_KIND(MPI_Offset) &&
+               HAS_INTEGER_KIND(MPI_Count),
+               "an MPI integer type has no fixed-width kernel");
+_Static_assert(sizeof(_Bool) == 1, "MPI_C_BOOL kernels assume a one-byte _Bool");
+
+/* Every handle listed on its own: Open MPI gives MPI_INT and MPI_INT32_T
+ * (and others with one meaning) distinct handles. The most common types
+ * come first because the scan stops at the first match. */
+static const reduce_type_entry_t reduce_types[] = {
+    { MPI_DOUBLE, ZCOPY_REDUCE_KIND_DOUBLE },
+    { MPI_FLOAT, ZCOPY_REDUCE_KIND_FLOAT },
+    { MPI_INT, SIGNED_KIND(int) },
+    { MPI_LONG, SIGNED_KIND(long) },
+    { MPI_UNSIGNED, UNSIGNED_KIND(unsigned) },
+    { MPI_UNSIGNED_LONG, UNSIGNED_KIND(unsigned long) },
+    { MPI_LONG_LONG_INT, SIGNED_KIND(long long) },
+    { MPI_LONG_LONG, SIGNED_KIND(long long) },
+    { MPI_UNSIGNED_LONG_LONG, UNSIGNED_KIND(unsigned long long) },
+    { MPI_INT32_T, ZCOPY_REDUCE_KIND_INT32 },
+    { MPI_INT64_T, ZCOPY_REDUCE_KIND_INT64 },
+    { MPI_UINT32_T, ZCOPY_REDUCE_KIND_UINT32 },
+    { MPI_UINT64_T, ZCOPY_REDUCE_KIND_UINT64 },
+    { MPI_BYTE, ZCOPY_REDUCE_KIND_BYTE },
+    { MPI_C_BOOL, ZCOPY_REDUCE_KIND_BOOL },
+    { MPI_2INT, ZCOPY_REDUCE_KIND_2INT },
+    { MPI_DOUBLE_INT, ZCOPY_REDUCE_KIND_DOUBLE_INT },
+    { MPI_FLOAT_INT, ZCOPY_REDUCE_KIND_FLOAT_INT },
+    { MPI_LONG_INT, ZCOPY_REDUCE_KIND_LONG_INT },
+    { MPI_SHORT_INT, ZCOPY_REDUCE_KIND_SHORT_INT },
+    { MPI_LONG_DOUBLE_INT, ZCOPY_REDUCE_KIND_LONG_DOUBLE_INT },
+    { MPI_SHORT, SIGNED_KIND(short) },
+    { MPI_UNSIGNED_SHORT, UNSIGNED_KIND(unsigned short) },
+    { MPI_SIGNED_CHAR, ZCOPY_REDUCE_KIND_INT8 },
+    { MPI_UNSIGNED_CHAR, ZCOPY_REDUCE_KIND_UINT8 },
+    { MPI_INT8_T, ZCOPY_REDUCE_KIND_INT8 },
+    { MPI_INT16_T, ZCOPY_REDUCE_KIND_INT16 },
+    { MPI_UINT8_T, ZCOPY_REDUCE_KIND_UINT8 },
+    { MPI_UINT16_T, ZCOPY_REDUCE_KIND_UINT16 },
+    { MPI_AINT, SIGNED_KIND(MPI_Aint) },
+    { MPI_OFFSET, SIGNED_KIND(MPI_Offset) },
+    { MPI_COUNT, SIGNED_KIND(MPI_Count) },
+    { MPI_LONG_DOUBLE, ZCOPY_REDUCE_KIND_LONG_DOUBLE },
+    { MPI_C_FLOAT_COMPLEX, ZCOPY_REDUCE_KIND_FLOAT_COMPLEX },
+    { MPI_C_COMPLEX, ZCOPY_REDUCE_KIND_FLOAT_COMPLEX },
+    { MPI_C_DOUBLE_COMPLEX, ZCOPY_REDUCE_KIND_DOUBLE_COMPLEX },
+    { MPI_C_LONG_DOUBLE_COMPLEX, ZCOPY_REDUCE_KIND_LONG_DOUBLE_COMPLEX },
+};
+
+#define ARRAY_LENGTH(_a) (sizeof(_a) / sizeof((_a)[0]))
+
+/* -1 for a user op (or MPI_OP_NULL). */
+static int reduce_op_id(MPI_Op op)
+{
+    for (size_t i = 0; i < ARRAY_LENGTH(reduce_ops); i++)
+        if (reduce_ops[i].handle == op)
+            return (int)reduce_ops[i].id;
+    return -1;
+}
+
+/* -1 for anything but the predefined C types above. */
+static int reduce_type_kind(MPI_Datatype type)
+{
+    if (type == MPI_DATATYPE_NULL)
+        return -1;
+    for (size_t i = 0; i < ARRAY_LENGTH(reduce_types); i++)
+        if (reduce_types[i].handle == type)
+            return (int)reduce_types[i].kind;
+    return -1;
+}
+
+zcopy_reduce_fn_t zcopy_reduce_kernel(MPI_Op op, MPI_Datatype type)
+{
+    const int op_id = reduce_op_id(op);
+    const int kind = op_id < 0 ? -1 : reduce_type_kind(type);
+
+    return kind < 0 ? NULL : zcopy_reduce_kernel_table[op_id][kind];
+}
+
+bool zcopy_reduce_supported(MPI_Op op, MPI_Datatype type)
+{
+    int commutative = 0;
+
+    if (op == MPI_OP_NULL || type == MPI_DATATYPE_NULL)
+        return false;
+    /* A predefined op is usable exactly where it has a kernel: the table
+     * encodes which types MPI defines it on. Fortran types and derived
+     * types with a predefined op stay with the fallback component. */
+    if (reduce_op_id(op) >= 0)
+        return zcopy_reduce_kernel(op, type) != NULL;
+    return MPI_Op_commutative(op, &commutative) == MPI_SUCCESS && commutative;
+}
+
+/* For count > 0. MPI_Reduce_local(in, inout) computes inout = in op inout,
+ * so folding the sources into dst gives srcs[n-1] op (... op srcs[0]): the
+ * promised order only when op is commutative, hence the check. */
+static zcopy_status_t reduce_with_mpi(MPI_Op op, MPI_Datatype type, void *dst,
+                                      const void *const *srcs, int nsrcs, size_t count)
+{
+    MPI_Aint lb, extent, true_lb, true_extent;
+    int commutative = 0;
+    int rc;
+
+    if (MPI_Op_commutative(op, &commutative) != MPI_SUCCESS || !commutative)
+        return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "reduce: op is not commutative");
+    if (MPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS ||
+        MPI_Type_get_true_extent(type, &true_lb, &true_extent) != MPI_SUCCESS)
+        return zcopy_error(ZCOPY_ERR_ARG, "reduce: cannot query the datatype extent");
+    if (extent <= 0 || true_extent < 0)
+        return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                           "reduce: datatype extent %ld is not positive", (long)extent);
+
+    /* The bytes the elements occupy, from the first element's true lower
+     * bound to the end of the last one: all of it for a contiguous type. */
+    if (dst != srcs[0])
+        memcpy((char *)dst + true_lb, (const char *)srcs[0] + true_lb,
+               (count - 1) * (size_t)extent + (size_t)true_extent);
+
+    for (int k = 1; k < nsrcs; k++) {
+        /* MPI counts are int: larger buffers go in INT_MAX-element pieces. */
+        for (size_t done = 0; done < count;) {
+            const size_t piece = count - done < INT_MAX ? count - done : INT_MAX;
+            const size_t offset = done * (size_t)extent;
+
+            rc = MPI_Reduce_local((const char *)srcs[k] + offset, (char *)dst + offset,
+                                  (int)piece, type, op);
+            if (rc != MPI_SUCCESS) {
+                char reason[MPI_MAX_ERROR_STRING + 1];
+                int length = 0;
+
+                if (MPI_Error_string(rc, reason, &length) != MPI_SUCCESS)
+                    length = 0;
+                reason[length] = '\0';
+                return zcopy_error(ZCOPY_ERR_ARG, "reduce: MPI_Reduce_local failed: %s",
+                                   reason);
+            }
+            done += piece;
+        }
+    }
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_reduce(MPI_Op op, MPI_Datatype type, void *dst,
+                            const void *const *srcs, int nsrcs, size_t count)
+{
+    int op_id, kind;
+
+    if (op == MPI_OP_NULL || type == MPI_DATATYPE_NULL || srcs == NULL || nsrcs < 1 ||
+        (count > 0 && dst == NULL))
+        return zcopy_error(ZCOPY_ERR_ARG, "reduce: invalid op, type or buffers "
+                           "(nsrcs %d, count %zu)", nsrcs, count);
+    if (count == 0)
+        return ZCOPY_SUCCESS;
+
+    op_id = reduce_op_id(op);
+    kind = reduce_type_kind(type);
+    if (op_id >= 0 && kind >= 0) {
+        const zcopy_reduce_fn_t kernel = zcopy_reduce_kernel_table[op_id][kind];
+
+        /* No kernel means MPI does not define the op on this type (MPI_BAND
+         * on MPI_FLOAT): refuse here, because MPI_Reduce_local would raise
+         * it on MPI_COMM_WORLD, whose handler usually aborts the job. */
+        if (kernel == NULL)
+            return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                               "reduce: the predefined op does not apply to this datatype");
+        kernel(dst, srcs, nsrcs, count);
+        return ZCOPY_SUCCESS;
+    }
+    if (op_id == ZCOPY_REDUCE_OP_REPLACE || op_id == ZCOPY_REDUCE_OP_NO_OP)
+        return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                           "reduce: MPI_REPLACE and MPI_NO_OP are not reductions");
+    return reduce_with_mpi(op, type, dst, srcs, nsrcs, count);
+}
