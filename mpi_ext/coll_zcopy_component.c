@@ -111,7 +111,8 @@ typedef enum { PVAR_ZCOPY_CALLS, PVAR_FALLBACK_CALLS, PVAR_IPC_BYTES,
 static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
                           void *obj)
 {
-    const zcopy_comm_t *zc = zcopy_comm_lookup(*(MPI_Comm *)obj);
+    /* Open MPI passes the bound communicator itself as obj. */
+    const zcopy_comm_t *zc = zcopy_comm_lookup((MPI_Comm)obj);
     unsigned long long *out = value;
 
     if (zc == NULL) {
