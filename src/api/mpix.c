@@ -5,6 +5,7 @@
  */
 #include "api/errors.h"
 #include "comm/comm.h"
+#include "ipc/ipc.h"
 #include "registry/registry.h"
 
 #include <mpix_zcopy.h>
@@ -101,7 +102,19 @@ ZCOPY_EXPORT int MPIX_Comm_activate_memory(MPI_Comm comm, void *va,
         return raise_status(comm, call, st);
     }
     st = zcopy_registry_activate((uintptr_t)va, size, handle);
-    return st == ZCOPY_SUCCESS ? MPI_SUCCESS : raise_status(comm, call, st);
+    if (st != ZCOPY_SUCCESS)
+        return raise_status(comm, call, st);
+    /* Peers learn of the block from the export table; if it cannot be
+     * published the activation is undone, so a failed call changes nothing. */
+    st = zcopy_ipc_export_refresh();
+    if (st != ZCOPY_SUCCESS) {
+        char cause[256];
+        snprintf(cause, sizeof(cause), "%s", zcopy_error_detail());
+        zcopy_registry_deactivate((uintptr_t)va);
+        zcopy_error(st, "%s", cause);
+        return raise_status(comm, call, st);
+    }
+    return MPI_SUCCESS;
 }
 
 ZCOPY_EXPORT int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va)
@@ -113,7 +126,12 @@ ZCOPY_EXPORT int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va)
         return zcopy_mpi_raise(comm, MPI_ERR_COMM, call,
                                "communicator is MPI_COMM_NULL");
     st = zcopy_registry_deactivate((uintptr_t)va);
-    return st == ZCOPY_SUCCESS ? MPI_SUCCESS : raise_status(comm, call, st);
+    if (st != ZCOPY_SUCCESS)
+        return raise_status(comm, call, st);
+    /* From here on peers drop their import at their next collective. */
+    return zcopy_ipc_export_refresh() == ZCOPY_SUCCESS
+               ? MPI_SUCCESS
+               : raise_status(comm, call, ZCOPY_ERR_INTERNAL);
 }
 
 ZCOPY_EXPORT int MPIX_Zcopy_query(MPI_Comm comm, const void *buf, size_t size,
