@@ -1,0 +1,375 @@
+#!/usr/bin/env bash
+# compare.sh: zcopy against stock Open MPI, same binary, same activated
+# buffers. Runs zcopy_bench in both modes, interleaved (zcopy, stock, zcopy,
+# stock, ...) so that drift of the machine hits both alike, then prints per
+# collective and size the median time of each mode, their ratio, the path
+# zcopy took, and both as a fraction of a memory-bandwidth roofline.
+#
+# Needs bash, awk (mawk is enough), sort, mpirun; gnuplot for the charts.
+# See bench/README.md for the columns and the roofline.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+usage() {
+    cat <<'EOF'
+usage: bench/compare.sh [options] [-- extra zcopy_bench options]
+  -c, --collectives LIST  comma-separated, or all [all]
+  -b SIZE                 smallest size [16]
+  -e SIZE                 largest size [64M]
+  -f N                    size factor [4]
+  -t TYPE, -o OP          datatype and op of the runs [int32, sum]
+  -n N, -w N              timed and warm-up iterations per run [20, 5]
+  --reps N                runs per mode and process count [5]
+  --np LIST, -np LIST     process counts, comma-separated [2]; e.g. 2,4
+  --build DIR             build tree with bench/zcopy_bench and
+                          components/ [./build]
+  --bench FILE            zcopy_bench to run [BUILD/bench/zcopy_bench]
+  --out DIR               results [BUILD/bench-results/<timestamp>]
+  --mpirun-args "ARGS"    more mpirun arguments (e.g. "--bind-to core")
+  --no-plot               no charts even when gnuplot is installed
+  -h, --help              this text
+Modes: zcopy (the component on the search path) and stock (--mca coll
+^zcopy); both on buffers from one activated arena (--buffers activated).
+Writes per-run CSVs and logs, rows.tsv, summary.md, summary.csv and
+busbw-<collective>.png into the output directory.
+EOF
+}
+
+die() { echo "compare.sh: $*" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------
+# Options
+
+colls=all minb=16 maxb=64M factor=4 dtype=int32 op=sum iters=20 warmup=5
+reps=5 nps=2 build=./build bench='' out='' mpirun_args='' plot=1
+extra=()
+while (($#)); do
+    case $1 in
+    -c|--collectives) colls=$2; shift ;;
+    -b) minb=$2; shift ;;
+    -e) maxb=$2; shift ;;
+    -f) factor=$2; shift ;;
+    -t) dtype=$2; shift ;;
+    -o) op=$2; shift ;;
+    -n) iters=$2; shift ;;
+    -w) warmup=$2; shift ;;
+    --reps) reps=$2; shift ;;
+    --np|-np) nps=$2; shift ;;
+    --build) build=$2; shift ;;
+    --bench) bench=$2; shift ;;
+    --out) out=$2; shift ;;
+    --mpirun-args) mpirun_args=$2; shift ;;
+    --no-plot) plot=0 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) usage >&2; die "unknown option $1" ;;
+    esac
+    shift
+done
+
+[[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
+[[ $nps =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --np list: $nps"
+bench=${bench:-$build/bench/zcopy_bench}
+[[ -x $bench ]] || die "no $bench: build first (cmake --build $build)"
+components=$build/components
+[[ -d $components ]] || echo "compare.sh: no $components; zcopy mode uses" \
+    "the installed component" >&2
+out=${out:-$build/bench-results/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+((reps >= 5)) || echo "compare.sh: note: $reps repetitions; use --reps 5 or" \
+    "more for numbers worth quoting" >&2
+if [[ $colls == all ]]; then
+    colls=allreduce,reduce,reduce_scatter_block,allgather,bcast,alltoall,gather,scatter,barrier
+fi
+
+# ---------------------------------------------------------------------------
+# Runs
+
+# run_one NP MODE REP: one mpirun; the CSV holds the collectives and the
+# memcpy rows of the roofline, measured in the same job.
+run_one() {
+    local np=$1 mode=$2 rep=$3 name="np$1-$2-rep$3" rc=0
+    local -a mca=()
+    [[ $mode == stock ]] && mca=(--mca coll ^zcopy)
+    # shellcheck disable=SC2086 # mpirun_args is split on purpose
+    OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$components" \
+        mpirun --allow-run-as-root --oversubscribe -np "$np" "${mca[@]}" \
+        $mpirun_args "$bench" -c "$colls,memcpy" -b "$minb" -e "$maxb" \
+        -f "$factor" -t "$dtype" -o "$op" -n "$iters" -w "$warmup" \
+        --buffers activated --no-progress --csv "$out/$name.csv" \
+        "${extra[@]}" >"$out/$name.log" 2>&1 || rc=$?
+    # 1: the bench found wrong results (counted in the CSV); others: broken.
+    if ((rc != 0 && rc != 1)) || [[ ! -s $out/$name.csv ]]; then
+        tail -n 20 "$out/$name.log" >&2
+        die "run $name failed (exit $rc); log: $out/$name.log"
+    fi
+}
+
+IFS=, read -r -a np_list <<<"$nps"
+total=$((${#np_list[@]} * reps * 2)) done_runs=0 started=$SECONDS
+for np in "${np_list[@]}"; do
+    for ((rep = 1; rep <= reps; rep++)); do
+        for mode in zcopy stock; do
+            done_runs=$((done_runs + 1))
+            printf '[%d/%d] np %d %-5s rep %d/%d (%ds elapsed)\n' \
+                "$done_runs" "$total" "$np" "$mode" "$rep" "$reps" \
+                $((SECONDS - started)) >&2
+            run_one "$np" "$mode" "$rep"
+        done
+    done
+done
+
+# ---------------------------------------------------------------------------
+# Summary
+
+# rows.tsv: np, collective, bytes, mode, time_us, busbw*time (constant for a
+# row: it turns any time of that row into its busbw), errors, path. memcpy
+# does not depend on the mode: its runs pool as mode "any".
+for csv in "$out"/np*-*-rep*.csv; do
+    base=${csv##*/}
+    mode=${base#np*-}
+    mode=${mode%%-rep*}
+    awk -F, -v OFS='\t' -v mode="$mode" '
+        NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        {
+            path = $col["path"]
+            for (i = col["path"] + 1; i <= NF; i++) path = path "," $i
+            m = $col["collective"] == "memcpy" ? "any" : mode
+            print $col["np"], $col["collective"], $col["bytes"], m,
+                  $col["time_us"], $col["busbw_GBps"] * $col["time_us"],
+                  $col["errors"], path
+        }' "$csv"
+done >"$out/rows.tsv"
+
+# medians.tsv: np, collective, bytes, mode, median time_us, busbw at that
+# time, runs, errors over the runs, the path (or "varies: a | b").
+sort -t "$(printf '\t')" -k1,1n -k2,2 -k3,3n -k4,4 -k5,5g "$out/rows.tsv" |
+awk -F'\t' -v OFS='\t' '
+    function flush(   med, paths) {
+        if (n == 0) return
+        med = n % 2 ? t[(n + 1) / 2] : (t[n / 2] + t[n / 2 + 1]) / 2
+        paths = npaths == 1 ? p[1] : "varies:"
+        if (npaths > 1) for (i = 1; i <= npaths; i++) paths = paths " " p[i]
+        print key, med, (med > 0 ? k / med : 0), n, err, paths
+        n = 0; npaths = 0; err = 0
+    }
+    {
+        id = $1 OFS $2 OFS $3 OFS $4
+        if (id != key) { flush(); key = id }
+        t[++n] = $5; k = $6; err += $7
+        seen = 0
+        for (i = 1; i <= npaths; i++) if (p[i] == $8) seen = 1
+        if (!seen) p[++npaths] = $8
+    }
+    END { flush() }' >"$out/medians.tsv"
+
+# The roofline. Minimum memory traffic T (bytes read plus bytes written,
+# over all ranks) of each collective of size S on n ranks, out of place:
+#   allreduce             2nS     every input read once, n outputs written
+#   reduce                (n+1)S  n inputs read, one output written
+#   reduce_scatter_block  (n+1)S  n inputs of S read, n outputs of S/n written
+#   allgather             (n+1)S  n pieces of S/n read, n outputs of S written
+#   bcast                 nS      the root's S read, n-1 copies written
+#   alltoall              2nS     n inputs of S read, n outputs of S written
+#   gather, scatter       2S      S read, S written
+# A memcpy of B bytes reads B and writes B, so the roofline time is
+# T / (2 BW), BW the aggregate memcpy rate (bytes copied per second by all
+# ranks together) measured in the same jobs with every rank copying its even
+# share T / 2n at once: the roofline is the time of that memcpy. (BW comes
+# from the largest measured memcpy size not above the share.) For allreduce
+# the share is S: the time of every rank copying its own S bytes at once.
+awk -F'\t' -v OFS='\t' -v order="$colls" '
+    BEGIN {
+        nc = split(order, names, ",")
+        for (i = 1; i <= nc; i++) rank_of[names[i]] = i
+    }
+    function traffic(c, s, n) {
+        if (c == "allreduce" || c == "alltoall") return 2 * n * s
+        if (c == "reduce" || c == "reduce_scatter_block" || c == "allgather")
+            return (n + 1) * s
+        if (c == "bcast") return n * s
+        if (c == "gather" || c == "scatter") return 2 * s
+        return 0
+    }
+    # Aggregate memcpy rate at np n for a per-rank copy of s bytes: from the
+    # largest measured size not above s (else the smallest), in bytes per
+    # microsecond.
+    function memcpy_rate(n, s,   i, best, bs, smin) {
+        best = -1; smin = -1; bs = 0
+        for (i = 1; i <= nm; i++) {
+            if (mnp[i] != n) continue
+            if (mb[i] <= s && mb[i] > bs) { best = i; bs = mb[i] }
+            if (smin < 0 || mb[i] < mb[smin]) smin = i
+        }
+        if (best < 0) best = smin
+        if (best < 0 || mt[best] <= 0) return 0
+        return n * mb[best] / mt[best]
+    }
+    $4 == "any" { nm++; mnp[nm] = $1; mb[nm] = $3; mt[nm] = $5; next }
+    {
+        id = $1 OFS $2 OFS $3
+        if (!(id in seen)) { seen[id] = 1; ids[++nids] = id }
+        time[id, $4] = $5; bw[id, $4] = $6; path[id, $4] = $9
+        err[id] += $8
+    }
+    END {
+        for (i = 1; i <= nids; i++) {
+            split(ids[i], f, OFS)
+            T = traffic(f[2], f[3], f[1])
+            rate = memcpy_rate(f[1], T / (2 * f[1]))
+            roof = rate > 0 && T > 0 ? T / (2 * rate) : 0
+            z = time[ids[i], "zcopy"]; s = time[ids[i], "stock"]
+            print f[1], rank_of[f[2]] + 0, f[2], f[3], z, s,
+                  (z > 0 ? s / z : 0), path[ids[i], "zcopy"], roof,
+                  (z > 0 ? roof / z : 0), (s > 0 ? roof / s : 0),
+                  bw[ids[i], "zcopy"], bw[ids[i], "stock"],
+                  (roof > 0 ? bw[ids[i], "zcopy"] * z / roof : 0), err[ids[i]]
+        }
+    }' "$out/medians.tsv" |
+    sort -t "$(printf '\t')" -k1,1n -k2,2n -k4,4n |
+    cut -f1,3- >"$out/summary.tsv"
+# summary.tsv: np, collective, bytes, zcopy_us, stock_us, stock/zcopy,
+# zcopy path, roofline_us, zcopy roof fraction, stock roof fraction,
+# zcopy busbw, stock busbw, roofline busbw, errors
+
+{
+    echo "np,collective,bytes,zcopy_us,stock_us,stock_over_zcopy,zcopy_path,roofline_us,zcopy_roof_fraction,stock_roof_fraction,zcopy_busbw_GBps,stock_busbw_GBps,roofline_busbw_GBps,errors"
+    tr '\t' , <"$out/summary.tsv"
+} >"$out/summary.csv"
+
+# The table: aligned text on stdout, markdown in summary.md.
+table() {
+    awk -F'\t' -v md="$1" '
+        function human(b,   u, i) {
+            split("K M G T", u, " ")
+            for (i = 0; b >= 1024 && b % 1024 == 0 && i < 4; i++) b /= 1024
+            return i ? b u[i] : b
+        }
+        function num(v, fmt) { return v > 0 ? sprintf(fmt, v) : "-" }
+        function pct(v) { return v > 0 ? sprintf("%.0f%%", 100 * v) : "-" }
+        function row(a, b, c, d, e, g, h, i, j, k, l) {
+            if (md)
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                       a, b, c, d, e, g, h, i, j, k, l
+            else
+                printf "%-3s %-20s %6s %10s %10s %11s %11s %11s %11s %6s  %s\n",
+                       a, b, c, d, e, g, i, j, k, l, h
+        }
+        BEGIN {
+            row("np", "collective", "size", "zcopy us", "stock us",
+                "stock/zcopy", "path (zcopy runs)", "roofline us",
+                "zcopy %roof", "stock %roof", "errors")
+            if (md) print "|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"
+        }
+        {
+            row($1, $2, human($3), num($4, "%.2f"), num($5, "%.2f"),
+                num($6, "%.2f"), $7, num($8, "%.2f"), pct($9), pct($10), $14)
+        }' "$out/summary.tsv"
+}
+
+memcpy_table() {
+    awk -F'\t' '$4 == "any" {
+        printf "| %s | %s | %.2f | %.2f |\n", $1, $3, $5, $1 * $3 / $5 / 1000
+    }' "$out/medians.tsv"
+}
+
+ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
+{
+    echo "# zcopy against stock Open MPI"
+    echo
+    echo "$(date '+%Y-%m-%d %H:%M:%S'), $(uname -n), $ompi_version," \
+         "$(nproc) cores; np $nps, $reps runs per mode (interleaved)," \
+         "sizes $minb..$maxb x$factor, $dtype $op, $iters iterations" \
+         "($warmup warm-up), activated buffers${extra[*]:+, extra: ${extra[*]}}."
+    echo
+    echo "Times are medians over the runs of each run's median iteration" \
+         "(an iteration lasts as long as its slowest rank). stock/zcopy > 1:" \
+         "zcopy is faster. %roof: the roofline time as a percentage of the" \
+         "measured time (100% = moving the minimum bytes at the aggregate" \
+         "memcpy bandwidth of all ranks). See bench/README.md."
+    echo
+    table 1
+    echo
+    echo "Aggregate memcpy bandwidth, every rank copying at once:"
+    echo
+    echo "| np | bytes per rank | median us | aggregate GB/s |"
+    echo "|--:|--:|--:|--:|"
+    memcpy_table
+} >"$out/summary.md"
+
+echo
+table 0
+
+# ---------------------------------------------------------------------------
+# Charts: busbw against size, one per collective, one line per mode and np.
+
+plot_charts() {
+    local term=png coll dat ncol
+    if gnuplot -e 'set terminal' 2>&1 | grep -qw pngcairo; then
+        term=pngcairo
+    fi
+    IFS=, read -r -a coll_list <<<"$colls"
+    for coll in "${coll_list[@]}"; do
+        [[ $coll == barrier ]] && continue # no bandwidth to draw
+        dat="$out/busbw-$coll.dat"
+        awk -F'\t' -v coll="$coll" -v nps="$nps" '
+            function human(b,   u, i) {
+                split("K M G T", u, " ")
+                for (i = 0; b >= 1024 && b % 1024 == 0 && i < 4; i++) b /= 1024
+                return i ? b u[i] : b
+            }
+            function v(x) { return x > 0 ? x : "?" }
+            BEGIN { nn = split(nps, np, ",") }
+            $2 == coll {
+                if (!($3 in seen)) { seen[$3] = 1; sizes[++ns] = $3 }
+                z[$3, $1] = $11; s[$3, $1] = $12; r[$3, $1] = $13
+            }
+            END {
+                printf "bytes\tlabel"
+                for (j = 1; j <= nn; j++)
+                    printf "\tzcopy np%s\tstock np%s\troofline np%s",
+                           np[j], np[j], np[j]
+                printf "\n"
+                for (i = 1; i <= ns; i++) {
+                    b = sizes[i]
+                    printf "%s\t%s", b, human(b)
+                    for (j = 1; j <= nn; j++)
+                        printf "\t%s\t%s\t%s", v(z[b, np[j]]), v(s[b, np[j]]),
+                               v(r[b, np[j]])
+                    printf "\n"
+                }
+            }' "$out/summary.tsv" >"$dat"
+        ncol=$(head -n 1 "$dat" | awk -F'\t' '{ print NF }')
+        gnuplot -e "datafile='$dat'; outfile='$out/busbw-$coll.png';" \
+                -e "chart_title='$coll: bus bandwidth'; ncol=$ncol;" \
+                -e "term='$term'" "$here/plot.gp" ||
+            echo "compare.sh: gnuplot failed for $coll" >&2
+    done
+    echo
+    echo "charts: $out/busbw-*.png"
+    {
+        echo
+        for coll in "${coll_list[@]}"; do
+            [[ -f $out/busbw-$coll.png ]] && echo "![$coll](busbw-$coll.png)"
+        done
+        true
+    } >>"$out/summary.md"
+}
+
+if ((plot)); then
+    if command -v gnuplot >/dev/null; then
+        plot_charts
+    else
+        echo
+        echo "gnuplot is not installed (Debian: apt-get install gnuplot-nox):" \
+             "no charts."
+    fi
+fi
+
+echo "results: $out (summary.md, summary.csv, per-run CSVs and logs)"
+errors=$(awk -F'\t' '{ e += $7 } END { print e + 0 }' "$out/rows.tsv")
+if ((errors > 0)); then
+    echo "compare.sh: $errors wrong result(s) were found; see the logs" >&2
+    exit 1
+fi

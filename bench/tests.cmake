@@ -1,0 +1,31 @@
+# Included by tests/mpi/CMakeLists.txt once zcopy_add_mpi_test exists.
+# Correctness only: every collective, results checked every iteration with
+# fresh inputs; the bench exits non-zero on any wrong element. No timing is
+# asserted anywhere.
+set(ZCOPY_BENCH_CHECK -c all --check --vary -b 8 -e 64K -f 4 -n 5 -w 1
+    --buffers activated --no-progress)
+foreach(np 2 3)
+  zcopy_add_mpi_test(NAME bench.check.np${np} TARGET zcopy_bench NP ${np}
+    ARGS ${ZCOPY_BENCH_CHECK} LABELS bench)
+endforeach()
+
+# The other forms: in place with a non-zero root, another type and op, and
+# plain malloc buffers (these must fall back, and still be right).
+zcopy_add_mpi_test(NAME bench.check.inplace.np3 TARGET zcopy_bench NP 3
+  ARGS -c all --check --vary -b 8 -e 16K -f 8 -n 3 -w 1 --in-place -r 2
+       -t double -o max --no-progress LABELS bench)
+zcopy_add_mpi_test(NAME bench.check.malloc.np2 TARGET zcopy_bench NP 2
+  ARGS -c all,memcpy --check -b 8 -e 16K -f 8 -n 3 -w 1 -t int8 -o prod
+       --buffers malloc --no-progress LABELS bench)
+
+# The checker itself: a run whose results are thrown away must count the
+# wrong elements and exit non-zero (two tests: ctest checks either the exit
+# status or the output of one test, not both).
+foreach(kind fails counts)
+  zcopy_add_mpi_test(NAME bench.check.corrupt_${kind} TARGET zcopy_bench NP 2
+    ARGS -c allreduce --check -b 1K -e 1K -n 2 -w 0 --corrupt --no-progress
+    LABELS bench)
+endforeach()
+set_tests_properties(bench.check.corrupt_fails PROPERTIES WILL_FAIL TRUE)
+set_tests_properties(bench.check.corrupt_counts PROPERTIES
+  PASS_REGULAR_EXPRESSION "# errors: [1-9]")
