@@ -1,0 +1,1546 @@
+/*
+ * Every intercepted collective against a reference the test computes on its
+ * own, and the path every call took.
+ *
+ *   test_collectives activated   all buffers in a zt_arena activated on
+ *                                MPI_COMM_WORLD: every call runs zero-copy
+ *   test_collectives malloc      all buffers from malloc: every call falls
+ *                                back (which also proves the component was
+ *                                selected: fallback_calls moves by one)
+ *   test_collectives mixed       rank 1 uses malloc, the others the arena:
+ *                                every call falls back on ALL ranks, with the
+ *                                same reason on every rank
+ *
+ * Inputs are a hash of (call number, source rank, block, index), so every
+ * rank knows every rank's input and checks its results without any extra
+ * communication. Values are small integers: float sums and products are
+ * exact, integer ops cannot overflow, and a byte of generated data is never
+ * a poison byte, so a block that was never written is always noticed.
+ *
+ * Every buffer has poison guards on both sides, v-layouts have poison holes
+ * (and blocks in reverse rank order), and after each call the test checks:
+ * the result, that send buffers still hold their pattern, that guards and
+ * holes were not touched, and the stats deltas of that one call. Stats
+ * checks that need every rank (bytes moved, agreement on the fallback
+ * reason) are logged per call and settled with one reduction per
+ * communicator at the end of its phase, so they add no traffic in between.
+ *
+ * Expected path (SPEC section 4): zero-copy when on every rank every
+ * buffer's extent lies in activated memory, the datatype is contiguous and
+ * the op predefined or commutative. An empty extent lies inside activated
+ * memory vacuously, so a call in which no malloc rank has a non-empty
+ * buffer (count 0, a zero-count v-block, barrier) stays zero-copy in every
+ * mode; the test predicts the path per call from that rule. MPI_DOUBLE_INT
+ * (size 12, extent 16) is not contiguous and a user op created
+ * non-commutative is not eligible: both must fall back in every mode.
+ *
+ * Sub-communicators (halves, odd/even in reverse order, a dup) run a
+ * smaller set on the same memory, activated on WORLD only.
+ */
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_RANKS 64
+#define GUARD 64               /* poison bytes on either side of a buffer */
+#define POOL_BYTES (16u << 20) /* every buffer of one call fits in here */
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+
+/* --- types ------------------------------------------------------------- */
+
+/* Which ops apply to a type (MPI-3.1 section 5.9.2). */
+enum { T_INT = 1, T_BYTE = 2, T_REAL = 4, T_PAIR = 8, T_INT32 = 16 };
+
+typedef enum { K_SIGNED, K_UNSIGNED, K_REAL, K_PAIR_INT, K_PAIR_DOUBLE } kind_t;
+
+typedef struct {
+    const char *name;
+    MPI_Datatype type;
+    kind_t kind;
+    size_t size;          /* bytes of the value (of the value part of a pair) */
+    unsigned cls;         /* T_* */
+    size_t extent;        /* from MPI at start */
+    bool contiguous;      /* size == extent: the eligibility rule of SPEC 4 */
+} type_desc_t;
+
+/* The layout MPI_DOUBLE_INT describes. */
+typedef struct {
+    double v;
+    int loc;
+} double_int_t;
+
+static type_desc_t types[] = {
+    { "int8", MPI_INT8_T, K_SIGNED, 1, T_INT, 0, false },
+    { "uint8", MPI_UINT8_T, K_UNSIGNED, 1, T_INT, 0, false },
+    { "byte", MPI_BYTE, K_UNSIGNED, 1, T_BYTE, 0, false },
+    { "int16", MPI_INT16_T, K_SIGNED, 2, T_INT, 0, false },
+    { "int32", MPI_INT, K_SIGNED, 4, T_INT | T_INT32, 0, false },
+    { "uint32", MPI_UNSIGNED, K_UNSIGNED, 4, T_INT, 0, false },
+    { "int64", MPI_INT64_T, K_SIGNED, 8, T_INT, 0, false },
+    { "uint64", MPI_UINT64_T, K_UNSIGNED, 8, T_INT, 0, false },
+    { "float", MPI_FLOAT, K_REAL, 4, T_REAL, 0, false },
+    { "double", MPI_DOUBLE, K_REAL, 8, T_REAL, 0, false },
+    { "2int", MPI_2INT, K_PAIR_INT, 4, T_PAIR, 0, false },
+    { "double_int", MPI_DOUBLE_INT, K_PAIR_DOUBLE, 8, T_PAIR, 0, false },
+};
+#define NTYPES (sizeof(types) / sizeof(types[0]))
+
+static const type_desc_t *type_named(const char *name)
+{
+    for (size_t i = 0; i < NTYPES; i++)
+        if (strcmp(types[i].name, name) == 0)
+            return &types[i];
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return NULL;
+}
+
+/* --- ops --------------------------------------------------------------- */
+
+typedef enum {
+    O_SUM, O_PROD, O_MAX, O_MIN, O_BAND, O_BOR, O_BXOR, O_LAND, O_LOR,
+    O_LXOR, O_MAXLOC, O_MINLOC, O_USER_MAX, O_USER_MAX_NC
+} op_id_t;
+
+/* What inputs an op gets, so that its result stays exact and small. */
+typedef enum { V_ARITH, V_PROD, V_BITS, V_LOGIC, V_LOC, V_DATA } vclass_t;
+
+typedef struct {
+    const char *name;
+    MPI_Op op;            /* user ops: created at start */
+    op_id_t id;
+    vclass_t values;
+    unsigned applies;     /* T_* */
+    bool eligible;        /* predefined or commutative: may run zero-copy */
+} op_desc_t;
+
+static op_desc_t ops[] = {
+    { "SUM", MPI_SUM, O_SUM, V_ARITH, T_INT | T_REAL, true },
+    { "PROD", MPI_PROD, O_PROD, V_PROD, T_INT | T_REAL, true },
+    { "MAX", MPI_MAX, O_MAX, V_ARITH, T_INT | T_REAL, true },
+    { "MIN", MPI_MIN, O_MIN, V_ARITH, T_INT | T_REAL, true },
+    { "BAND", MPI_BAND, O_BAND, V_BITS, T_INT | T_BYTE, true },
+    { "BOR", MPI_BOR, O_BOR, V_BITS, T_INT | T_BYTE, true },
+    { "BXOR", MPI_BXOR, O_BXOR, V_BITS, T_INT | T_BYTE, true },
+    { "LAND", MPI_LAND, O_LAND, V_LOGIC, T_INT, true },
+    { "LOR", MPI_LOR, O_LOR, V_LOGIC, T_INT, true },
+    { "LXOR", MPI_LXOR, O_LXOR, V_LOGIC, T_INT, true },
+    { "MAXLOC", MPI_MAXLOC, O_MAXLOC, V_LOC, T_PAIR, true },
+    { "MINLOC", MPI_MINLOC, O_MINLOC, V_LOC, T_PAIR, true },
+    /* Commutative user op: runs zero-copy through MPI_Reduce_local. */
+    { "user_max", MPI_OP_NULL, O_USER_MAX, V_ARITH, T_INT32, true },
+    /* The same function declared non-commutative: must fall back. */
+    { "user_max_noncomm", MPI_OP_NULL, O_USER_MAX_NC, V_ARITH, T_INT32, false },
+};
+#define NOPS (sizeof(ops) / sizeof(ops[0]))
+
+static const op_desc_t *op_named(const char *name)
+{
+    for (size_t i = 0; i < NOPS; i++)
+        if (strcmp(ops[i].name, name) == 0)
+            return &ops[i];
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return NULL;
+}
+
+/* Elementwise max of MPI_INT, the body of both user ops. */
+static void user_max_fn(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    const int *a = in;
+    int *b = inout;
+
+    (void)type;
+    for (int i = 0; i < *len; i++)
+        if (a[i] > b[i])
+            b[i] = a[i];
+}
+
+/* --- one call ---------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *data;        /* what MPI sees; GUARD poison bytes either side */
+    size_t bytes;
+    uint8_t poison;       /* fill of guards, holes and unwritten elements */
+} gbuf_t;
+
+typedef struct coll_case coll_case_t;
+
+typedef struct {
+    const char *name;     /* as in last_fallback_reason */
+    bool reduction, rooted, in_place_ok;
+    void (*prepare)(coll_case_t *c);   /* layout, buffers and inputs */
+    int (*call)(coll_case_t *c);       /* the MPI call, nothing else */
+    void (*verify)(coll_case_t *c);    /* results, inputs, guards, holes */
+    bool (*touches)(const coll_case_t *c, int j); /* j has a non-empty buffer */
+    bool (*moves)(const coll_case_t *c);          /* data crosses ranks */
+} coll_desc_t;
+
+struct coll_case {
+    const coll_desc_t *coll;
+    const type_desc_t *type;  /* NULL for barrier */
+    const op_desc_t *op;      /* reductions only */
+    size_t count;             /* elements: total (reductions) or per block */
+    int root;                 /* -1 when not rooted */
+    bool in_place;
+    MPI_Comm comm;
+    int rank, n;
+    const bool *activated;    /* per rank of comm: buffers in the arena */
+    uint64_t seed;            /* from the call number on this comm */
+    char desc[160];
+    gbuf_t s, r;
+    int counts[MAX_RANKS], displs[MAX_RANKS];    /* v-layouts */
+    int rdispls[MAX_RANKS], sdispls[MAX_RANKS];  /* alltoallv */
+    size_t elems, selems;     /* elements a v-layout spans (recv, send) */
+};
+
+/* --- inputs and the reference ------------------------------------------ */
+
+typedef struct {
+    int64_t v, loc;           /* loc: pairs only, 0 otherwise */
+} val_t;
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Element @i of block @block of rank @rank's input in this call. */
+static val_t gen(const coll_case_t *c, int rank, int block, size_t i)
+{
+    uint64_t h = mix64(c->seed ^ ((uint64_t)rank << 56) ^
+                       ((uint64_t)block << 40) ^ (uint64_t)i);
+    bool is_signed = c->type->kind != K_UNSIGNED;
+    val_t x = { 0, 0 };
+
+    switch (c->op ? c->op->values : V_DATA) {
+    case V_ARITH: /* |sum| <= 8n fits int8 up to 8 ranks; 2n up to 64 */
+        if (c->n <= 8)
+            x.v = is_signed ? (int64_t)(h & 15) - 8 : (int64_t)(h & 15);
+        else
+            x.v = is_signed ? (int64_t)(h & 3) - 2 : (int64_t)(h & 3);
+        break;
+    case V_PROD: /* 1 or 2: 2^n fits int8 for n <= 6, else mostly 1 */
+        x.v = 1 + (int64_t)(c->n <= 6 ? (h & 1) : (h & 63) == 0);
+        break;
+    case V_BITS:
+        x.v = (int64_t)(h & 127);
+        break;
+    case V_LOGIC: /* zero a quarter of the time, else 1..3 */
+        x.v = (int64_t)(h & 3);
+        break;
+    case V_LOC: /* few values, so ties and their lowest-loc rule show */
+        x.v = (int64_t)(h & 3) - 1;
+        x.loc = (int64_t)((h >> 8) & 1023);
+        break;
+    case V_DATA:
+        x.v = (int64_t)(h & 127);
+        if (c->type->cls & T_PAIR)
+            x.loc = (int64_t)((h >> 8) & 0xffff);
+        break;
+    }
+    return x;
+}
+
+static val_t combine(op_id_t op, val_t a, val_t b)
+{
+    switch (op) {
+    case O_SUM: a.v += b.v; break;
+    case O_PROD: a.v *= b.v; break;
+    case O_MAX:
+    case O_USER_MAX:
+    case O_USER_MAX_NC: a.v = b.v > a.v ? b.v : a.v; break;
+    case O_MIN: a.v = b.v < a.v ? b.v : a.v; break;
+    case O_BAND: a.v &= b.v; break;
+    case O_BOR: a.v |= b.v; break;
+    case O_BXOR: a.v ^= b.v; break;
+    case O_LAND: a.v = a.v && b.v; break;
+    case O_LOR: a.v = a.v || b.v; break;
+    case O_LXOR: a.v = !a.v != !b.v; break;
+    case O_MAXLOC:
+        if (b.v > a.v || (b.v == a.v && b.loc < a.loc))
+            a = b;
+        break;
+    case O_MINLOC:
+        if (b.v < a.v || (b.v == a.v && b.loc < a.loc))
+            a = b;
+        break;
+    }
+    return a;
+}
+
+/* Element @i of the reduction of every rank's input. */
+static val_t reference(const coll_case_t *c, size_t i)
+{
+    val_t acc = gen(c, 0, 0, i);
+
+    for (int j = 1; j < c->n; j++)
+        acc = combine(c->op->id, acc, gen(c, j, 0, i));
+    return acc;
+}
+
+/* A float that is not exactly a small integer never equals a reference. */
+static int64_t exact_int(double d)
+{
+    if (d >= -1e15 && d <= 1e15 && d == (double)(int64_t)d)
+        return (int64_t)d;
+    return INT64_MIN;
+}
+
+static val_t load(const coll_case_t *c, const void *buf, size_t i)
+{
+    const type_desc_t *t = c->type;
+    const uint8_t *p = (const uint8_t *)buf + i * t->extent;
+    val_t x = { 0, 0 };
+
+    switch (t->kind) {
+    case K_SIGNED:
+        if (t->size == 1) { int8_t v; memcpy(&v, p, 1); x.v = v; }
+        else if (t->size == 2) { int16_t v; memcpy(&v, p, 2); x.v = v; }
+        else if (t->size == 4) { int32_t v; memcpy(&v, p, 4); x.v = v; }
+        else { int64_t v; memcpy(&v, p, 8); x.v = v; }
+        break;
+    case K_UNSIGNED:
+        if (t->size == 1) { uint8_t v; memcpy(&v, p, 1); x.v = v; }
+        else if (t->size == 2) { uint16_t v; memcpy(&v, p, 2); x.v = v; }
+        else if (t->size == 4) { uint32_t v; memcpy(&v, p, 4); x.v = v; }
+        else { uint64_t v; memcpy(&v, p, 8); x.v = (int64_t)v; }
+        break;
+    case K_REAL:
+        if (t->size == 4) { float v; memcpy(&v, p, 4); x.v = exact_int(v); }
+        else { double v; memcpy(&v, p, 8); x.v = exact_int(v); }
+        break;
+    case K_PAIR_INT: {
+        int v[2];
+        memcpy(v, p, sizeof(v));
+        x.v = v[0];
+        x.loc = v[1];
+        break;
+    }
+    case K_PAIR_DOUBLE: {
+        double v;
+        int loc;
+        memcpy(&v, p + offsetof(double_int_t, v), sizeof(v));
+        memcpy(&loc, p + offsetof(double_int_t, loc), sizeof(loc));
+        x.v = exact_int(v);
+        x.loc = loc;
+        break;
+    }
+    }
+    return x;
+}
+
+static void store(const coll_case_t *c, void *buf, size_t i, val_t x)
+{
+    const type_desc_t *t = c->type;
+    uint8_t *p = (uint8_t *)buf + i * t->extent;
+
+    switch (t->kind) {
+    case K_SIGNED:
+    case K_UNSIGNED:
+        /* Small non-negative or two's complement: the low bytes are it. */
+        if (t->size == 1) { int8_t v = (int8_t)x.v; memcpy(p, &v, 1); }
+        else if (t->size == 2) { int16_t v = (int16_t)x.v; memcpy(p, &v, 2); }
+        else if (t->size == 4) { int32_t v = (int32_t)x.v; memcpy(p, &v, 4); }
+        else memcpy(p, &x.v, 8);
+        break;
+    case K_REAL:
+        if (t->size == 4) { float v = (float)x.v; memcpy(p, &v, 4); }
+        else { double v = (double)x.v; memcpy(p, &v, 8); }
+        break;
+    case K_PAIR_INT: {
+        int v[2] = { (int)x.v, (int)x.loc };
+        memcpy(p, v, sizeof(v));
+        break;
+    }
+    case K_PAIR_DOUBLE: {
+        double v = (double)x.v;
+        int loc = (int)x.loc;
+        memcpy(p + offsetof(double_int_t, v), &v, sizeof(v));
+        memcpy(p + offsetof(double_int_t, loc), &loc, sizeof(loc));
+        break;
+    }
+    }
+}
+
+/* --- buffers ------------------------------------------------------------ */
+
+/* The memory of this rank's buffers: the arena, or a malloc'ed block of
+ * the same size; emptied before every call. */
+static struct {
+    uint8_t *base;
+    size_t size, used;
+} pool;
+
+/* Poison differs per rank and between send and receive buffers, so that
+ * an overrun copying one buffer's guard into another's still shows. Every
+ * poison byte is above 127: never a byte of a generated small value, and
+ * an element never written reads as a value no reference has. */
+enum { RECV, SEND };
+
+static uint8_t poison_of(const coll_case_t *c, int role)
+{
+    return (uint8_t)((role == SEND ? 0xB0 : 0xA0) | (c->rank & 15));
+}
+
+/* @elems elements of the case's type, guards included, all poison. */
+static gbuf_t take(const coll_case_t *c, size_t elems, int role)
+{
+    const uint8_t poison = poison_of(c, role);
+    size_t bytes = elems * c->type->extent;
+    size_t at = (pool.used + 63) & ~(size_t)63;
+
+    if (at + bytes + 2 * GUARD > pool.size) {
+        fprintf(stderr, "%s: pool of %zu bytes too small\n", c->desc, pool.size);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    memset(pool.base + at, poison, bytes + 2 * GUARD);
+    pool.used = at + bytes + 2 * GUARD;
+    return (gbuf_t){ pool.base + at + GUARD, bytes, poison };
+}
+
+/* Elements [at, at + count) of @b := block @block of @src's input. */
+static void fill(const coll_case_t *c, gbuf_t *b, size_t at, size_t count,
+                 int src, int block)
+{
+    for (size_t k = 0; k < count; k++)
+        store(c, b->data, at + k, gen(c, src, block, k));
+}
+
+/* What a range of elements must hold: a block of some rank's input, or
+ * the reduction of everybody's input from element @first on. */
+typedef struct {
+    bool reduced;
+    int src, block;
+    size_t first;
+} want_t;
+
+static val_t wanted(const coll_case_t *c, want_t w, size_t k)
+{
+    return w.reduced ? reference(c, w.first + k) : gen(c, w.src, w.block, k);
+}
+
+/* One check per range: reports the first mismatch only. */
+static void check_elems(const coll_case_t *c, const char *what, const gbuf_t *b,
+                        size_t at, size_t count, want_t w)
+{
+    for (size_t k = 0; k < count; k++) {
+        val_t got = load(c, b->data, at + k), exp = wanted(c, w, k);
+        if (got.v != exp.v || got.loc != exp.loc) {
+            ZT_CHECK(false,
+                     "%s: rank %d %s[%zu]: got %" PRId64 " (loc %" PRId64
+                     "), expected %" PRId64 " (loc %" PRId64 ")",
+                     c->desc, c->rank, what, at + k, got.v, got.loc, exp.v,
+                     exp.loc);
+            return;
+        }
+    }
+    ZT_CHECK(true, "%s", c->desc);
+}
+
+static void check_block(const coll_case_t *c, const char *what, const gbuf_t *b,
+                        size_t at, size_t count, int src, int block)
+{
+    check_elems(c, what, b, at, count, (want_t){ false, src, block, 0 });
+}
+
+static void check_reduced(const coll_case_t *c, const char *what,
+                          const gbuf_t *b, size_t at, size_t count, size_t first)
+{
+    check_elems(c, what, b, at, count, (want_t){ true, 0, 0, first });
+}
+
+static void check_poison(const coll_case_t *c, const char *what,
+                         const gbuf_t *b, ptrdiff_t off, size_t len)
+{
+    const uint8_t *p = b->data + off;
+
+    for (size_t k = 0; k < len; k++)
+        if (p[k] != b->poison) {
+            ZT_CHECK(false, "%s: rank %d %s: byte %td written (0x%02x)",
+                     c->desc, c->rank, what, off + (ptrdiff_t)k, p[k]);
+            return;
+        }
+    ZT_CHECK(true, "%s", c->desc);
+}
+
+/* Nothing before or after the buffer's extent was written. */
+static void check_guards(const coll_case_t *c, const char *what, const gbuf_t *b)
+{
+    if (b->data == NULL)
+        return;
+    check_poison(c, what, b, -GUARD, GUARD);
+    check_poison(c, what, b, (ptrdiff_t)b->bytes, GUARD);
+}
+
+/* The elements of a v-layout that belong to no block are still poison. */
+static void check_holes(const coll_case_t *c, const char *what, const gbuf_t *b,
+                        size_t elems, const int *counts, const int *displs)
+{
+    uint8_t *covered = calloc(elems ? elems : 1, 1);
+    const size_t e = c->type->extent;
+
+    for (int j = 0; j < c->n; j++)
+        memset(covered + displs[j], 1, (size_t)counts[j]);
+    for (size_t k = 0; k < elems; k++)
+        if (!covered[k]) {
+            size_t at = k;
+            while (k + 1 < elems && !covered[k + 1])
+                k++;
+            check_poison(c, what, b, (ptrdiff_t)(at * e), (k + 1 - at) * e);
+        }
+    free(covered);
+}
+
+/* --- layouts ------------------------------------------------------------ */
+
+/* Uneven v-counts around @base: every third rank gets none. */
+static int vcount(size_t base, int j)
+{
+    return j % 3 == 1 ? 0 : (int)base + j;
+}
+
+/* Displacements with a hole before every block, blocks in rank order or
+ * reversed; returns the elements the layout spans (with a trailing hole). */
+static size_t layout(const int *counts, int n, bool reverse, int *displs)
+{
+    size_t at = 1;
+
+    for (int k = 0; k < n; k++) {
+        int j = reverse ? n - 1 - k : k;
+        displs[j] = (int)at;
+        at += (size_t)counts[j] + 1 + (size_t)(j % 3);
+    }
+    return at;
+}
+
+/* reduce_scatter counts summing to @total, uneven and some zero, so that
+ * neither the total nor the blocks divide evenly. */
+static void split_counts(size_t total, int n, int *counts)
+{
+    size_t weight = 0, given = 0;
+
+    for (int j = 0; j < n; j++)
+        weight += n > 2 && j % 3 == 1 ? 0 : (size_t)j + 1;
+    for (int j = 0; j < n; j++) {
+        size_t w = n > 2 && j % 3 == 1 ? 0 : (size_t)j + 1;
+        counts[j] = (int)(total * w / weight);
+        given += (size_t)counts[j];
+    }
+    counts[0] += (int)(total - given);
+}
+
+/* Elements rank @j sends to rank @k in alltoallv. In place, what j sends
+ * to k is what k receives from j, so the matrix must be symmetric. */
+static int a2a_count(const coll_case_t *c, int j, int k)
+{
+    if (c->in_place)
+        return (j + k) % 3 == 0 ? 0 : (int)c->count + (j * k) % 2;
+    return (j + 2 * k) % 3 == 0 ? 0 : (int)c->count + (j + k) % 3;
+}
+
+static const void *sendbuf(const coll_case_t *c)
+{
+    return c->in_place ? MPI_IN_PLACE : c->s.data;
+}
+
+static bool is_root(const coll_case_t *c)
+{
+    return c->rank == c->root;
+}
+
+/* The send buffer still holds this rank's input, guards untouched. */
+static void check_send(const coll_case_t *c, size_t count)
+{
+    if (c->s.data == NULL)
+        return;
+    check_block(c, "sendbuf", &c->s, 0, count, c->rank, 0);
+    check_guards(c, "sendbuf guard", &c->s);
+}
+
+static bool any_count(const coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        if (c->counts[j] > 0)
+            return true;
+    return false;
+}
+
+static bool count_positive(const coll_case_t *c)
+{
+    return c->count > 0;
+}
+
+static bool count_positive_j(const coll_case_t *c, int j)
+{
+    (void)j;
+    return c->count > 0;
+}
+
+/* --- allreduce, reduce ---------------------------------------------------- */
+
+static void allreduce_prepare(coll_case_t *c)
+{
+    c->r = take(c, c->count, RECV);
+    if (c->in_place) {
+        fill(c, &c->r, 0, c->count, c->rank, 0);
+    } else {
+        c->s = take(c, c->count, SEND);
+        fill(c, &c->s, 0, c->count, c->rank, 0);
+    }
+}
+
+static int allreduce_call(coll_case_t *c)
+{
+    return MPI_Allreduce(sendbuf(c), c->r.data, (int)c->count, c->type->type,
+                         c->op->op, c->comm);
+}
+
+static void allreduce_verify(coll_case_t *c)
+{
+    check_reduced(c, "recvbuf", &c->r, 0, c->count, 0);
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, c->count);
+}
+
+/* MPI_IN_PLACE is the root's alone; the other ranks' recvbuf is not
+ * significant: it is given zero bytes between guards, so any write shows. */
+static void reduce_prepare(coll_case_t *c)
+{
+    if (!is_root(c)) {
+        c->r = take(c, 0, RECV);
+        c->s = take(c, c->count, SEND);
+        fill(c, &c->s, 0, c->count, c->rank, 0);
+        return;
+    }
+    allreduce_prepare(c);
+}
+
+static int reduce_call(coll_case_t *c)
+{
+    const void *s = is_root(c) && c->in_place ? MPI_IN_PLACE : c->s.data;
+
+    return MPI_Reduce(s, c->r.data, (int)c->count, c->type->type, c->op->op,
+                      c->root, c->comm);
+}
+
+static void reduce_verify(coll_case_t *c)
+{
+    if (is_root(c))
+        check_reduced(c, "recvbuf", &c->r, 0, c->count, 0);
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, c->count);
+}
+
+/* --- reduce_scatter, reduce_scatter_block --------------------------------- */
+
+static size_t prefix(const int *counts, int j)
+{
+    size_t at = 0;
+
+    for (int k = 0; k < j; k++)
+        at += (size_t)counts[k];
+    return at;
+}
+
+/* In place, recvbuf holds the whole input; only the first counts[rank]
+ * elements are defined afterwards (the rest is not checked). */
+static void rs_prepare_buffers(coll_case_t *c, size_t total)
+{
+    const int own = c->counts[c->rank];
+
+    if (c->in_place) {
+        c->r = take(c, total, RECV);
+        fill(c, &c->r, 0, total, c->rank, 0);
+    } else {
+        c->s = take(c, total, SEND);
+        fill(c, &c->s, 0, total, c->rank, 0);
+        c->r = take(c, (size_t)own, RECV);
+    }
+}
+
+static void reduce_scatter_prepare(coll_case_t *c)
+{
+    split_counts(c->count, c->n, c->counts);
+    rs_prepare_buffers(c, c->count);
+}
+
+static void rsb_prepare(coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        c->counts[j] = (int)c->count;
+    rs_prepare_buffers(c, c->count * (size_t)c->n);
+}
+
+static int reduce_scatter_call(coll_case_t *c)
+{
+    return MPI_Reduce_scatter(sendbuf(c), c->r.data, c->counts, c->type->type,
+                              c->op->op, c->comm);
+}
+
+static int rsb_call(coll_case_t *c)
+{
+    return MPI_Reduce_scatter_block(sendbuf(c), c->r.data, (int)c->count,
+                                    c->type->type, c->op->op, c->comm);
+}
+
+static void reduce_scatter_verify(coll_case_t *c)
+{
+    const size_t total = prefix(c->counts, c->n);
+
+    check_reduced(c, "recvbuf", &c->r, 0, (size_t)c->counts[c->rank],
+                  prefix(c->counts, c->rank));
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, total);
+}
+
+static bool rs_touches(const coll_case_t *c, int j)
+{
+    (void)j;
+    return any_count(c);
+}
+
+static bool rs_moves(const coll_case_t *c)
+{
+    return any_count(c);
+}
+
+/* --- allgather(v) --------------------------------------------------------- */
+
+static void allgather_prepare(coll_case_t *c)
+{
+    c->r = take(c, c->count * (size_t)c->n, RECV);
+    if (c->in_place) {
+        fill(c, &c->r, c->count * (size_t)c->rank, c->count, c->rank, 0);
+    } else {
+        c->s = take(c, c->count, SEND);
+        fill(c, &c->s, 0, c->count, c->rank, 0);
+    }
+}
+
+static int allgather_call(coll_case_t *c)
+{
+    return MPI_Allgather(sendbuf(c), (int)c->count, c->type->type, c->r.data,
+                         (int)c->count, c->type->type, c->comm);
+}
+
+static void allgather_verify(coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        check_block(c, "recvbuf", &c->r, c->count * (size_t)j, c->count, j, 0);
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, c->count);
+}
+
+static void allgatherv_prepare(coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        c->counts[j] = vcount(c->count, j);
+    c->elems = layout(c->counts, c->n, true, c->displs);
+    c->r = take(c, c->elems, RECV);
+    if (c->in_place) {
+        fill(c, &c->r, (size_t)c->displs[c->rank],
+             (size_t)c->counts[c->rank], c->rank, 0);
+    } else {
+        c->s = take(c, (size_t)c->counts[c->rank], SEND);
+        fill(c, &c->s, 0, (size_t)c->counts[c->rank], c->rank, 0);
+    }
+}
+
+static int allgatherv_call(coll_case_t *c)
+{
+    return MPI_Allgatherv(sendbuf(c), c->counts[c->rank], c->type->type,
+                          c->r.data, c->counts, c->displs, c->type->type,
+                          c->comm);
+}
+
+/* Blocks of every rank at the v-layout's displacements, holes untouched. */
+static void check_gathered(const coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        check_block(c, "recvbuf", &c->r, (size_t)c->displs[j],
+                    (size_t)c->counts[j], j, 0);
+    check_holes(c, "recvbuf hole", &c->r, c->elems, c->counts, c->displs);
+}
+
+static void allgatherv_verify(coll_case_t *c)
+{
+    check_gathered(c);
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, (size_t)c->counts[c->rank]);
+}
+
+static bool allgatherv_touches(const coll_case_t *c, int j)
+{
+    (void)j;
+    return any_count(c);
+}
+
+/* --- bcast ---------------------------------------------------------------- */
+
+static void bcast_prepare(coll_case_t *c)
+{
+    c->r = take(c, c->count, RECV);
+    if (is_root(c))
+        fill(c, &c->r, 0, c->count, c->rank, 0);
+}
+
+static int bcast_call(coll_case_t *c)
+{
+    return MPI_Bcast(c->r.data, (int)c->count, c->type->type, c->root, c->comm);
+}
+
+/* At the root this is also the check that its send buffer is unchanged. */
+static void bcast_verify(coll_case_t *c)
+{
+    check_block(c, "buffer", &c->r, 0, c->count, c->root, 0);
+    check_guards(c, "buffer guard", &c->r);
+}
+
+/* --- gather(v) ------------------------------------------------------------ */
+
+static void gather_prepare(coll_case_t *c)
+{
+    if (!is_root(c)) {
+        c->r = take(c, 0, RECV);
+        c->s = take(c, c->count, SEND);
+        fill(c, &c->s, 0, c->count, c->rank, 0);
+        return;
+    }
+    c->r = take(c, c->count * (size_t)c->n, RECV);
+    if (c->in_place) {
+        fill(c, &c->r, c->count * (size_t)c->rank, c->count, c->rank, 0);
+    } else {
+        c->s = take(c, c->count, SEND);
+        fill(c, &c->s, 0, c->count, c->rank, 0);
+    }
+}
+
+static int gather_call(coll_case_t *c)
+{
+    const void *s = is_root(c) && c->in_place ? MPI_IN_PLACE : c->s.data;
+
+    return MPI_Gather(s, (int)c->count, c->type->type, c->r.data,
+                      (int)c->count, c->type->type, c->root, c->comm);
+}
+
+static void gather_verify(coll_case_t *c)
+{
+    if (is_root(c))
+        for (int j = 0; j < c->n; j++)
+            check_block(c, "recvbuf", &c->r, c->count * (size_t)j, c->count,
+                        j, 0);
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, c->count);
+}
+
+static void gatherv_prepare(coll_case_t *c)
+{
+    const int own = vcount(c->count, c->rank);
+
+    for (int j = 0; j < c->n; j++)
+        c->counts[j] = vcount(c->count, j);
+    c->elems = layout(c->counts, c->n, true, c->displs);
+    if (!is_root(c)) {
+        c->r = take(c, 0, RECV);
+    } else {
+        c->r = take(c, c->elems, RECV);
+        if (c->in_place)
+            fill(c, &c->r, (size_t)c->displs[c->rank], (size_t)own, c->rank, 0);
+    }
+    if (!is_root(c) || !c->in_place) {
+        c->s = take(c, (size_t)own, SEND);
+        fill(c, &c->s, 0, (size_t)own, c->rank, 0);
+    }
+}
+
+static int gatherv_call(coll_case_t *c)
+{
+    const void *s = is_root(c) && c->in_place ? MPI_IN_PLACE : c->s.data;
+
+    return MPI_Gatherv(s, c->counts[c->rank], c->type->type, c->r.data,
+                       c->counts, c->displs, c->type->type, c->root, c->comm);
+}
+
+static void gatherv_verify(coll_case_t *c)
+{
+    if (is_root(c))
+        check_gathered(c);
+    check_guards(c, "recvbuf guard", &c->r);
+    check_send(c, (size_t)c->counts[c->rank]);
+}
+
+/* The root's buffer spans every block; another rank's only its own. */
+static bool rooted_v_touches(const coll_case_t *c, int j)
+{
+    return j == c->root ? any_count(c) : c->counts[j] > 0;
+}
+
+static bool rooted_v_moves(const coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        if (j != c->root && c->counts[j] > 0)
+            return true;
+    return false;
+}
+
+/* --- scatter(v) ----------------------------------------------------------- */
+
+static void scatter_prepare(coll_case_t *c)
+{
+    if (is_root(c)) {
+        c->s = take(c, c->count * (size_t)c->n, SEND);
+        for (int j = 0; j < c->n; j++)
+            fill(c, &c->s, c->count * (size_t)j, c->count, c->rank, j);
+    } else {
+        c->s = take(c, 0, SEND);
+    }
+    if (!is_root(c) || !c->in_place)
+        c->r = take(c, c->count, RECV);
+}
+
+static int scatter_call(coll_case_t *c)
+{
+    void *r = is_root(c) && c->in_place ? MPI_IN_PLACE : c->r.data;
+
+    return MPI_Scatter(c->s.data, (int)c->count, c->type->type, r,
+                       (int)c->count, c->type->type, c->root, c->comm);
+}
+
+/* The root's send buffer holds one block per rank. */
+static void scatter_verify(coll_case_t *c)
+{
+    if (c->r.data != NULL) {
+        check_block(c, "recvbuf", &c->r, 0, c->count, c->root, c->rank);
+        check_guards(c, "recvbuf guard", &c->r);
+    }
+    if (is_root(c))
+        for (int j = 0; j < c->n; j++)
+            check_block(c, "sendbuf", &c->s, c->count * (size_t)j, c->count,
+                        c->rank, j);
+    check_guards(c, "sendbuf guard", &c->s);
+}
+
+static void scatterv_prepare(coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        c->counts[j] = vcount(c->count, j);
+    c->elems = layout(c->counts, c->n, true, c->displs);
+    if (is_root(c)) {
+        c->s = take(c, c->elems, SEND);
+        for (int j = 0; j < c->n; j++)
+            fill(c, &c->s, (size_t)c->displs[j], (size_t)c->counts[j],
+                 c->rank, j);
+    } else {
+        c->s = take(c, 0, SEND);
+    }
+    if (!is_root(c) || !c->in_place)
+        c->r = take(c, (size_t)c->counts[c->rank], RECV);
+}
+
+static int scatterv_call(coll_case_t *c)
+{
+    void *r = is_root(c) && c->in_place ? MPI_IN_PLACE : c->r.data;
+
+    return MPI_Scatterv(c->s.data, c->counts, c->displs, c->type->type, r,
+                        c->counts[c->rank], c->type->type, c->root, c->comm);
+}
+
+static void scatterv_verify(coll_case_t *c)
+{
+    if (c->r.data != NULL) {
+        check_block(c, "recvbuf", &c->r, 0, (size_t)c->counts[c->rank],
+                    c->root, c->rank);
+        check_guards(c, "recvbuf guard", &c->r);
+    }
+    if (is_root(c)) {
+        for (int j = 0; j < c->n; j++)
+            check_block(c, "sendbuf", &c->s, (size_t)c->displs[j],
+                        (size_t)c->counts[j], c->rank, j);
+        check_holes(c, "sendbuf hole", &c->s, c->elems, c->counts, c->displs);
+    }
+    check_guards(c, "sendbuf guard", &c->s);
+}
+
+/* --- alltoall(v) ---------------------------------------------------------- */
+
+/* Block k of rank j's input is what j sends to k. */
+static void alltoall_prepare(coll_case_t *c)
+{
+    const size_t total = c->count * (size_t)c->n;
+
+    c->r = take(c, total, RECV);
+    if (!c->in_place)
+        c->s = take(c, total, SEND);
+    for (int k = 0; k < c->n; k++)
+        fill(c, c->in_place ? &c->r : &c->s, c->count * (size_t)k, c->count,
+             c->rank, k);
+}
+
+static int alltoall_call(coll_case_t *c)
+{
+    return MPI_Alltoall(sendbuf(c), (int)c->count, c->type->type, c->r.data,
+                        (int)c->count, c->type->type, c->comm);
+}
+
+static void alltoall_verify(coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        check_block(c, "recvbuf", &c->r, c->count * (size_t)j, c->count, j,
+                    c->rank);
+    check_guards(c, "recvbuf guard", &c->r);
+    if (c->s.data != NULL) {
+        for (int k = 0; k < c->n; k++)
+            check_block(c, "sendbuf", &c->s, c->count * (size_t)k, c->count,
+                        c->rank, k);
+        check_guards(c, "sendbuf guard", &c->s);
+    }
+}
+
+/* counts: what this rank receives from each rank (forward layout with
+ * holes); the send side uses its own counts in a reversed layout. */
+static void alltoallv_prepare(coll_case_t *c)
+{
+    int scounts[MAX_RANKS];
+
+    for (int j = 0; j < c->n; j++) {
+        c->counts[j] = a2a_count(c, j, c->rank);
+        scounts[j] = a2a_count(c, c->rank, j);
+    }
+    c->elems = layout(c->counts, c->n, false, c->rdispls);
+    c->r = take(c, c->elems, RECV);
+    if (c->in_place) {
+        for (int k = 0; k < c->n; k++)
+            fill(c, &c->r, (size_t)c->rdispls[k], (size_t)c->counts[k],
+                 c->rank, k);
+        return;
+    }
+    c->selems = layout(scounts, c->n, true, c->sdispls);
+    c->s = take(c, c->selems, SEND);
+    for (int k = 0; k < c->n; k++)
+        fill(c, &c->s, (size_t)c->sdispls[k], (size_t)scounts[k], c->rank, k);
+}
+
+static int alltoallv_call(coll_case_t *c)
+{
+    int scounts[MAX_RANKS];
+
+    for (int k = 0; k < c->n; k++)
+        scounts[k] = a2a_count(c, c->rank, k);
+    return MPI_Alltoallv(sendbuf(c), scounts, c->sdispls, c->type->type,
+                         c->r.data, c->counts, c->rdispls, c->type->type,
+                         c->comm);
+}
+
+static void alltoallv_verify(coll_case_t *c)
+{
+    int scounts[MAX_RANKS];
+
+    for (int j = 0; j < c->n; j++)
+        check_block(c, "recvbuf", &c->r, (size_t)c->rdispls[j],
+                    (size_t)c->counts[j], j, c->rank);
+    check_holes(c, "recvbuf hole", &c->r, c->elems, c->counts, c->rdispls);
+    check_guards(c, "recvbuf guard", &c->r);
+    if (c->s.data == NULL)
+        return;
+    for (int k = 0; k < c->n; k++) {
+        scounts[k] = a2a_count(c, c->rank, k);
+        check_block(c, "sendbuf", &c->s, (size_t)c->sdispls[k],
+                    (size_t)scounts[k], c->rank, k);
+    }
+    check_holes(c, "sendbuf hole", &c->s, c->selems, scounts, c->sdispls);
+    check_guards(c, "sendbuf guard", &c->s);
+}
+
+static bool alltoallv_touches(const coll_case_t *c, int j)
+{
+    for (int k = 0; k < c->n; k++)
+        if (a2a_count(c, j, k) > 0 || a2a_count(c, k, j) > 0)
+            return true;
+    return false;
+}
+
+static bool alltoallv_moves(const coll_case_t *c)
+{
+    for (int j = 0; j < c->n; j++)
+        for (int k = 0; k < c->n; k++)
+            if (j != k && a2a_count(c, j, k) > 0)
+                return true;
+    return false;
+}
+
+/* --- barrier -------------------------------------------------------------- */
+
+static void nothing(coll_case_t *c)
+{
+    (void)c;
+}
+
+static int barrier_call(coll_case_t *c)
+{
+    return MPI_Barrier(c->comm);
+}
+
+static bool never_j(const coll_case_t *c, int j)
+{
+    (void)c;
+    (void)j;
+    return false;
+}
+
+static bool never(const coll_case_t *c)
+{
+    (void)c;
+    return false;
+}
+
+/* --- the table ------------------------------------------------------------ */
+
+enum {
+    C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER, C_RSB, C_ALLGATHER, C_ALLGATHERV,
+    C_BCAST, C_GATHER, C_GATHERV, C_SCATTER, C_SCATTERV, C_ALLTOALL,
+    C_ALLTOALLV, C_BARRIER, C_COUNT
+};
+
+static const coll_desc_t colls[C_COUNT] = {
+    [C_ALLREDUCE] = { "allreduce", true, false, true, allreduce_prepare,
+                      allreduce_call, allreduce_verify, count_positive_j,
+                      count_positive },
+    [C_REDUCE] = { "reduce", true, true, true, reduce_prepare, reduce_call,
+                   reduce_verify, count_positive_j, count_positive },
+    [C_REDUCE_SCATTER] = { "reduce_scatter", true, false, true,
+                           reduce_scatter_prepare, reduce_scatter_call,
+                           reduce_scatter_verify, rs_touches, rs_moves },
+    [C_RSB] = { "reduce_scatter_block", true, false, true, rsb_prepare,
+                rsb_call, reduce_scatter_verify, rs_touches, rs_moves },
+    [C_ALLGATHER] = { "allgather", false, false, true, allgather_prepare,
+                      allgather_call, allgather_verify, count_positive_j,
+                      count_positive },
+    [C_ALLGATHERV] = { "allgatherv", false, false, true, allgatherv_prepare,
+                       allgatherv_call, allgatherv_verify, allgatherv_touches,
+                       rs_moves },
+    [C_BCAST] = { "bcast", false, true, false, bcast_prepare, bcast_call,
+                  bcast_verify, count_positive_j, count_positive },
+    [C_GATHER] = { "gather", false, true, true, gather_prepare, gather_call,
+                   gather_verify, count_positive_j, count_positive },
+    [C_GATHERV] = { "gatherv", false, true, true, gatherv_prepare,
+                    gatherv_call, gatherv_verify, rooted_v_touches,
+                    rooted_v_moves },
+    [C_SCATTER] = { "scatter", false, true, true, scatter_prepare,
+                    scatter_call, scatter_verify, count_positive_j,
+                    count_positive },
+    [C_SCATTERV] = { "scatterv", false, true, true, scatterv_prepare,
+                     scatterv_call, scatterv_verify, rooted_v_touches,
+                     rooted_v_moves },
+    [C_ALLTOALL] = { "alltoall", false, false, true, alltoall_prepare,
+                     alltoall_call, alltoall_verify, count_positive_j,
+                     count_positive },
+    [C_ALLTOALLV] = { "alltoallv", false, false, true, alltoallv_prepare,
+                      alltoallv_call, alltoallv_verify, alltoallv_touches,
+                      alltoallv_moves },
+    [C_BARRIER] = { "barrier", false, false, false, nothing, barrier_call,
+                    nothing, never_j, never },
+};
+
+/* --- running a phase on one communicator ---------------------------------- */
+
+/* What every rank must agree on for one call, settled at phase end. */
+typedef struct {
+    char desc[160];
+    bool zcopy, moves;
+    uint64_t moved;           /* ipc + ucx bytes this rank moved */
+    uint64_t reason_hash;     /* of last_fallback_reason; 0 for zero-copy */
+} log_entry_t;
+
+typedef struct {
+    MPI_Comm comm;
+    const char *name;
+    int rank, n;
+    bool activated[MAX_RANKS];
+    uint64_t calls;
+    log_entry_t *log;
+    size_t nlog, caplog;
+} phase_t;
+
+static enum { MODE_ACTIVATED, MODE_MALLOC, MODE_MIXED } mode;
+static unsigned long total_calls;
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+    return h | 1; /* never 0, the mark of a zero-copy call */
+}
+
+static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
+{
+    MPI_Group world, group;
+    int ranks[MAX_RANKS], wranks[MAX_RANKS];
+
+    memset(ph, 0, sizeof(*ph));
+    ph->comm = comm;
+    ph->name = name;
+    MPI_Comm_rank(comm, &ph->rank);
+    MPI_Comm_size(comm, &ph->n);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Comm_group(comm, &group);
+    for (int j = 0; j < ph->n; j++)
+        ranks[j] = j;
+    MPI_Group_translate_ranks(group, ph->n, ranks, world, wranks);
+    /* Which members use the arena: nobody in malloc mode, every rank but
+     * world rank 1 in mixed mode. */
+    for (int j = 0; j < ph->n; j++)
+        ph->activated[j] = mode == MODE_ACTIVATED ||
+                           (mode == MODE_MIXED && wranks[j] != 1);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+}
+
+static bool expect_zcopy(const coll_case_t *c)
+{
+    if (c->type != NULL && !c->type->contiguous)
+        return false;
+    if (c->op != NULL && !c->op->eligible)
+        return false;
+    for (int j = 0; j < c->n; j++)
+        if (!c->activated[j] && c->coll->touches(c, j))
+            return false;
+    return true;
+}
+
+/* Open MPI's MPI layer returns before any coll component for some calls
+ * with nothing to do (count 0 in allreduce, reduce, bcast, allgather,
+ * gather, scatter, alltoall; all-zero counts in reduce_scatter): then no
+ * counter moves, on every rank alike. */
+static bool empty_call(const coll_case_t *c)
+{
+    if (c->type == NULL || c->count != 0)
+        return false;
+    for (int j = 0; j < c->n; j++)
+        if (c->coll->touches(c, j))
+            return false;
+    return true;
+}
+
+static void run_case(phase_t *ph, int coll, const type_desc_t *type,
+                     const op_desc_t *op, size_t count, int root, bool in_place)
+{
+    static coll_case_t c; /* big arrays: not on the stack */
+    MPIX_Zcopy_stats before, after;
+    uint64_t dz, df;
+    log_entry_t *e;
+    bool zcopy;
+    int rc;
+
+    memset(&c, 0, sizeof(c));
+    c.coll = &colls[coll];
+    c.type = type;
+    c.op = op;
+    c.count = count;
+    c.root = root;
+    c.in_place = in_place;
+    c.comm = ph->comm;
+    c.rank = ph->rank;
+    c.n = ph->n;
+    c.activated = ph->activated;
+    c.seed = mix64(++ph->calls * 0x9e3779b97f4a7c15ULL);
+    snprintf(c.desc, sizeof(c.desc),
+             "%s %s %s count=%zu root=%d in_place=%d comm=%s(n=%d) call=%" PRIu64,
+             c.coll->name, type ? type->name : "-", op ? op->name : "-", count,
+             root, in_place, ph->name, ph->n, ph->calls);
+    pool.used = 0;
+    c.coll->prepare(&c);
+    zcopy = expect_zcopy(&c);
+
+    before = zt_stats(c.comm);
+    rc = c.coll->call(&c);
+    after = zt_stats(c.comm);
+    total_calls++;
+
+    ZT_CHECK(rc == MPI_SUCCESS, "%s: rank %d: returned %d", c.desc, c.rank, rc);
+    dz = after.zcopy_calls - before.zcopy_calls;
+    df = after.fallback_calls - before.fallback_calls;
+    if (c.n < 2) /* no component on a single-rank comm: stats stay zero */
+        ZT_CHECK(dz == 0 && df == 0, "%s: rank %d: zcopy +%" PRIu64
+                 " fallback +%" PRIu64 " on a single-rank comm", c.desc,
+                 c.rank, dz, df);
+    else if (empty_call(&c) && dz == 0 && df == 0)
+        ZT_CHECK(true, "%s", c.desc); /* Open MPI returned before coll */
+    else if (zcopy)
+        ZT_CHECK(dz == 1 && df == 0, "%s: rank %d: expected zero-copy, got "
+                 "zcopy +%" PRIu64 " fallback +%" PRIu64 " (last reason: %s)",
+                 c.desc, c.rank, dz, df, after.last_fallback_reason);
+    else {
+        ZT_CHECK(dz == 0 && df == 1, "%s: rank %d: expected a fallback, got "
+                 "zcopy +%" PRIu64 " fallback +%" PRIu64 "%s", c.desc, c.rank,
+                 dz, df, dz + df > 1 ? " (collectives nested in the previous "
+                 "component's algorithm re-entered zcopy)" : "");
+        ZT_CHECK(strstr(after.last_fallback_reason, c.coll->name) != NULL,
+                 "%s: rank %d: fallback reason \"%s\" does not name the "
+                 "collective", c.desc, c.rank, after.last_fallback_reason);
+    }
+    c.coll->verify(&c);
+
+    if (ph->nlog == ph->caplog) {
+        ph->caplog = ph->caplog ? 2 * ph->caplog : 1024;
+        ph->log = realloc(ph->log, ph->caplog * sizeof(*ph->log));
+    }
+    e = &ph->log[ph->nlog++];
+    memcpy(e->desc, c.desc, sizeof(e->desc));
+    e->zcopy = zcopy && c.n >= 2;
+    e->moves = c.coll->moves(&c);
+    e->moved = (after.ipc_bytes + after.ucx_bytes) -
+               (before.ipc_bytes + before.ucx_bytes);
+    e->reason_hash = e->zcopy ? 0 : fnv1a(after.last_fallback_reason);
+}
+
+/* Per call, over all ranks: a zero-copy call that had data to move between
+ * ranks moved some through mappings or UCX, one with nothing to move moved
+ * nothing, a fallback moved nothing through zcopy, and every rank recorded
+ * the same fallback reason. */
+static void phase_end(phase_t *ph)
+{
+    const int m = (int)ph->nlog;
+    uint64_t *v = malloc(3 * (size_t)(m ? m : 1) * sizeof(uint64_t));
+    uint64_t *sum = malloc(3 * (size_t)(m ? m : 1) * sizeof(uint64_t));
+
+    for (int i = 0; i < m; i++) {
+        v[i] = ph->log[i].moved;
+        v[m + i] = ph->log[i].reason_hash;
+        v[2 * m + i] = ~ph->log[i].reason_hash; /* max via min */
+    }
+    MPI_Allreduce(v, sum, m, MPI_UINT64_T, MPI_SUM, ph->comm);
+    MPI_Allreduce(v + m, sum + m, 2 * m, MPI_UINT64_T, MPI_MIN, ph->comm);
+    for (int i = 0; i < m && ph->rank == 0 && ph->n >= 2; i++) {
+        const log_entry_t *e = &ph->log[i];
+        uint64_t moved = sum[i], hmin = sum[m + i], hmax = ~sum[2 * m + i];
+
+        if (!e->zcopy)
+            ZT_CHECK(moved == 0, "%s: a fallback moved %" PRIu64
+                     " bytes through zcopy", e->desc, moved);
+        else if (e->moves)
+            ZT_CHECK(moved > 0, "%s: zero-copy call moved no bytes "
+                     "(ipc_bytes + ucx_bytes over all ranks)", e->desc);
+        else
+            ZT_CHECK(moved == 0, "%s: moved %" PRIu64 " bytes though no "
+                     "data crosses ranks", e->desc, moved);
+        if (!e->zcopy)
+            ZT_CHECK(hmin == hmax, "%s: ranks disagree on the fallback "
+                     "reason", e->desc);
+    }
+    free(v);
+    free(sum);
+    free(ph->log);
+    ph->log = NULL;
+}
+
+/* --- what runs ------------------------------------------------------------ */
+
+/* Every in-place variant and root a collective allows, at one size. */
+static void sweep(phase_t *ph, int coll, const type_desc_t *type,
+                  const op_desc_t *op, size_t count)
+{
+    const coll_desc_t *d = &colls[coll];
+
+    for (int in_place = 0; in_place <= (d->in_place_ok ? 1 : 0); in_place++)
+        for (int root = d->rooted ? 0 : -1; root < (d->rooted ? ph->n : 0);
+             root++)
+            run_case(ph, coll, type, op, count, root, in_place);
+}
+
+static bool op_applies(const op_desc_t *op, const type_desc_t *t)
+{
+    return (op->applies & t->cls) != 0;
+}
+
+/* The 1 MiB size runs for every type with its first op, and every op on
+ * int32 (the sliced and chunked paths per kernel): the rest of the matrix
+ * would only repeat those paths at much more verification time. */
+static bool large_ok(const op_desc_t *op, const type_desc_t *t)
+{
+    if (t->cls & T_INT32)
+        return true;
+    for (size_t i = 0; i < NOPS; i++)
+        if (op_applies(&ops[i], t))
+            return &ops[i] == op;
+    return false;
+}
+
+static void run_reductions(phase_t *ph)
+{
+    static const int reductions[] = { C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER,
+                                      C_RSB };
+
+    for (size_t ci = 0; ci < sizeof(reductions) / sizeof(reductions[0]); ci++) {
+        const int coll = reductions[ci];
+        for (size_t ti = 0; ti < NTYPES; ti++) {
+            const type_desc_t *t = &types[ti];
+            /* Reductions: totals; reduce_scatter_block: per block, the
+             * largest making ~1 MiB in all. */
+            const size_t large = coll == C_RSB
+                ? MIB / t->extent / (size_t)ph->n + 3 : MIB / t->extent + 3;
+            const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent, large };
+            for (size_t oi = 0; oi < NOPS; oi++) {
+                if (!op_applies(&ops[oi], t))
+                    continue;
+                for (size_t k = 0; k < 5; k++)
+                    if (k < 4 || large_ok(&ops[oi], t))
+                        sweep(ph, coll, t, &ops[oi], counts[k]);
+            }
+        }
+    }
+}
+
+static void run_movement(phase_t *ph)
+{
+    static const char *const names[] = { "int8", "int32", "double", "2int",
+                                         "double_int" };
+
+    for (int coll = C_ALLGATHER; coll <= C_ALLTOALLV; coll++)
+        for (size_t ti = 0; ti < sizeof(names) / sizeof(names[0]); ti++) {
+            const type_desc_t *t = type_named(names[ti]);
+            const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent,
+                                      256 * KIB / t->extent };
+            /* The non-contiguous pair falls back anyway: small sizes do. */
+            const size_t nsizes = t->contiguous ? 5 : 3;
+            for (size_t k = 0; k < nsizes; k++)
+                sweep(ph, coll, t, NULL, counts[k]);
+        }
+    for (int k = 0; k < 3; k++)
+        run_case(ph, C_BARRIER, NULL, NULL, 0, -1, false);
+}
+
+/* On sub-communicators of memory activated on WORLD: a smaller set. */
+static void run_subset(phase_t *ph)
+{
+    const type_desc_t *i8 = type_named("int8"), *i32 = type_named("int32"),
+                      *dbl = type_named("double");
+    const op_desc_t *sum = op_named("SUM"), *umax = op_named("user_max");
+    const size_t sizes32[] = { 1, 7, 4 * KIB / 4, MIB / 4 + 3 };
+    const size_t sizes64[] = { 1, 7, 4 * KIB / 8, MIB / 8 + 3 };
+
+    for (size_t k = 0; k < 4; k++) {
+        sweep(ph, C_ALLREDUCE, i32, sum, sizes32[k]);
+        sweep(ph, C_ALLREDUCE, dbl, sum, sizes64[k]);
+        sweep(ph, C_ALLREDUCE, i32, umax, sizes32[k]);
+    }
+    for (size_t k = 0; k < 3; k++) {
+        sweep(ph, C_BCAST, i32, NULL, sizes32[k]);
+        sweep(ph, C_ALLGATHER, i8, NULL, sizes32[k] * 4);
+        sweep(ph, C_ALLGATHER, dbl, NULL, sizes64[k]);
+        sweep(ph, C_ALLTOALL, i32, NULL, sizes32[k]);
+    }
+    run_case(ph, C_BARRIER, NULL, NULL, 0, -1, false);
+}
+
+static void run_phase(MPI_Comm comm, const char *name, void (*body)(phase_t *))
+{
+    phase_t ph;
+
+    phase_begin(&ph, comm, name);
+    body(&ph);
+    phase_end(&ph);
+}
+
+static void run_world(phase_t *ph)
+{
+    run_reductions(ph);
+    run_movement(ph);
+}
+
+/* Sub-communicators: halves, odd/even in reverse order, and a dup. */
+static void run_splits(int wrank, int wsize)
+{
+    MPI_Comm half, parity, dup;
+    char name[32];
+
+    MPI_Comm_split(MPI_COMM_WORLD, wrank < wsize / 2, wrank, &half);
+    snprintf(name, sizeof(name), "half%d", wrank < wsize / 2);
+    run_phase(half, name, run_subset);
+    MPI_Comm_free(&half);
+
+    MPI_Comm_split(MPI_COMM_WORLD, wrank % 2, wsize - wrank, &parity);
+    snprintf(name, sizeof(name), "parity%d", wrank % 2);
+    run_phase(parity, name, run_subset);
+    MPI_Comm_free(&parity);
+
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    run_phase(dup, "dup", run_subset);
+    MPI_Comm_free(&dup);
+}
+
+int main(int argc, char **argv)
+{
+    zt_arena_t arena;
+    int wrank, wsize;
+    double t0;
+    bool use_arena;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    if (argc != 2 || wsize > MAX_RANKS ||
+        (strcmp(argv[1], "activated") && strcmp(argv[1], "malloc") &&
+         strcmp(argv[1], "mixed"))) {
+        if (wrank == 0)
+            fprintf(stderr, "usage: %s activated|malloc|mixed (at most %d "
+                    "ranks)\n", argv[0], MAX_RANKS);
+        MPI_Finalize();
+        return 2;
+    }
+    mode = !strcmp(argv[1], "activated") ? MODE_ACTIVATED
+         : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
+    /* A failing call is reported and checked, not fatal. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    for (size_t i = 0; i < NTYPES; i++) {
+        MPI_Aint lb, extent;
+        int size;
+        MPI_Type_get_extent(types[i].type, &lb, &extent);
+        MPI_Type_size(types[i].type, &size);
+        types[i].extent = (size_t)extent;
+        types[i].contiguous = lb == 0 && extent == size;
+    }
+    for (size_t i = 0; i < NOPS; i++)
+        if (ops[i].id == O_USER_MAX || ops[i].id == O_USER_MAX_NC)
+            MPI_Op_create(user_max_fn, ops[i].id == O_USER_MAX, &ops[i].op);
+
+    /* Arena on WORLD in the modes that use it (collective); in mixed mode
+     * rank 1 takes part but keeps its buffers in malloc'ed memory. */
+    use_arena = mode == MODE_ACTIVATED || (mode == MODE_MIXED && wrank != 1);
+    if (mode != MODE_MALLOC)
+        zt_arena_init(&arena, MPI_COMM_WORLD, POOL_BYTES);
+    if (use_arena) {
+        pool.base = arena.base;
+        pool.size = arena.size;
+    } else {
+        pool.base = aligned_alloc(64, POOL_BYTES);
+        pool.size = POOL_BYTES;
+    }
+
+    t0 = MPI_Wtime();
+    run_phase(MPI_COMM_WORLD, "world", run_world);
+    run_splits(wrank, wsize);
+    if (wrank == 0)
+        printf("test_collectives %s: %lu calls per rank in %.1f s\n", argv[1],
+               total_calls, MPI_Wtime() - t0);
+
+    for (size_t i = 0; i < NOPS; i++)
+        if (ops[i].id == O_USER_MAX || ops[i].id == O_USER_MAX_NC)
+            MPI_Op_free(&ops[i].op);
+    if (mode != MODE_MALLOC)
+        zt_arena_fini(&arena);
+    if (!use_arena)
+        free(pool.base);
+    return zt_finish();
+}
