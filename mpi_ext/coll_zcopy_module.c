@@ -11,6 +11,19 @@
 
 #include "coll/coll.h"
 
+/* Falls back: the previous component may build its algorithm from other
+ * collectives on the same communicator (tuned's reduce_scatter is a reduce
+ * and a scatterv); those go straight to it too, uncounted, as part of the
+ * one fallback. */
+#define ZCOPY_CALL_PREV(_m, _name, ...)                                      \
+    do {                                                                     \
+        int _rc;                                                             \
+        zcopy_internal_enter();                                              \
+        _rc = (_m)->prev._name(__VA_ARGS__, (_m)->prev._name##_module);      \
+        zcopy_internal_leave();                                              \
+        return _rc;                                                          \
+    } while (0)
+
 /* --- service collectives for libzcopy's own setup ------------------------ */
 
 static int zcopy_svc_allgather(const void *sbuf, void *rbuf, size_t bytes,
@@ -18,23 +31,22 @@ static int zcopy_svc_allgather(const void *sbuf, void *rbuf, size_t bytes,
 {
     mca_coll_zcopy_module_t *m = ctx;
 
-    return m->prev.allgather(sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes,
-                             MPI_BYTE, m->comm, m->prev.allgather_module);
+    ZCOPY_CALL_PREV(m, allgather, sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes,
+                             MPI_BYTE, m->comm);
 }
 
 static int zcopy_svc_bcast(void *buf, size_t bytes, int root, void *ctx)
 {
     mca_coll_zcopy_module_t *m = ctx;
 
-    return m->prev.bcast(buf, (int)bytes, MPI_BYTE, root, m->comm,
-                         m->prev.bcast_module);
+    ZCOPY_CALL_PREV(m, bcast, buf, (int)bytes, MPI_BYTE, root, m->comm);
 }
 
 static int zcopy_svc_barrier(void *ctx)
 {
     mca_coll_zcopy_module_t *m = ctx;
 
-    return m->prev.barrier(m->comm, m->prev.barrier_module);
+    ZCOPY_CALL_PREV(m, barrier, m->comm);
 }
 
 /* --- routing ------------------------------------------------------------- */
@@ -76,8 +88,7 @@ static int coll_zcopy_allreduce(const void *sbuf, void *rbuf, int count,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLREDUCE, .sbuf = sbuf, .scount = count,
                 .stype = dtype, .rbuf = rbuf, .rcount = count, .rtype = dtype,
                 .op = op);
-    return m->prev.allreduce(sbuf, rbuf, count, dtype, op, comm,
-                             m->prev.allreduce_module);
+    ZCOPY_CALL_PREV(m, allreduce, sbuf, rbuf, count, dtype, op, comm);
 }
 
 static int coll_zcopy_reduce(const void *sbuf, void *rbuf, int count,
@@ -90,8 +101,7 @@ static int coll_zcopy_reduce(const void *sbuf, void *rbuf, int count,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE, .sbuf = sbuf, .scount = count,
                 .stype = dtype, .rbuf = rbuf, .rcount = count, .rtype = dtype,
                 .op = op, .root = root);
-    return m->prev.reduce(sbuf, rbuf, count, dtype, op, root, comm,
-                          m->prev.reduce_module);
+    ZCOPY_CALL_PREV(m, reduce, sbuf, rbuf, count, dtype, op, root, comm);
 }
 
 static int coll_zcopy_reduce_scatter(const void *sbuf, void *rbuf,
@@ -104,8 +114,7 @@ static int coll_zcopy_reduce_scatter(const void *sbuf, void *rbuf,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE_SCATTER, .sbuf = sbuf,
                 .stype = dtype, .rbuf = rbuf, .rtype = dtype,
                 .rcounts = rcounts, .op = op);
-    return m->prev.reduce_scatter(sbuf, rbuf, rcounts, dtype, op, comm,
-                                  m->prev.reduce_scatter_module);
+    ZCOPY_CALL_PREV(m, reduce_scatter, sbuf, rbuf, rcounts, dtype, op, comm);
 }
 
 static int coll_zcopy_reduce_scatter_block(const void *sbuf, void *rbuf,
@@ -119,8 +128,7 @@ static int coll_zcopy_reduce_scatter_block(const void *sbuf, void *rbuf,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE_SCATTER_BLOCK, .sbuf = sbuf,
                 .scount = rcount, .stype = dtype, .rbuf = rbuf,
                 .rcount = rcount, .rtype = dtype, .op = op);
-    return m->prev.reduce_scatter_block(sbuf, rbuf, rcount, dtype, op, comm,
-                                        m->prev.reduce_scatter_block_module);
+    ZCOPY_CALL_PREV(m, reduce_scatter_block, sbuf, rbuf, rcount, dtype, op, comm);
 }
 
 static int coll_zcopy_allgather(const void *sbuf, int scount,
@@ -132,8 +140,7 @@ static int coll_zcopy_allgather(const void *sbuf, int scount,
 
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLGATHER, .sbuf = sbuf, .scount = scount,
                 .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype);
-    return m->prev.allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm,
-                             m->prev.allgather_module);
+    ZCOPY_CALL_PREV(m, allgather, sbuf, scount, stype, rbuf, rcount, rtype, comm);
 }
 
 static int coll_zcopy_allgatherv(const void *sbuf, int scount,
@@ -147,8 +154,8 @@ static int coll_zcopy_allgatherv(const void *sbuf, int scount,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLGATHERV, .sbuf = sbuf,
                 .scount = scount, .stype = stype, .rbuf = rbuf,
                 .rtype = rtype, .rcounts = rcounts, .rdispls = displs);
-    return m->prev.allgatherv(sbuf, scount, stype, rbuf, rcounts, displs,
-                              rtype, comm, m->prev.allgatherv_module);
+    ZCOPY_CALL_PREV(m, allgatherv, sbuf, scount, stype, rbuf, rcounts, displs,
+                              rtype, comm);
 }
 
 static int coll_zcopy_bcast(void *buf, int count, struct ompi_datatype_t *dtype, int root,
@@ -160,7 +167,7 @@ static int coll_zcopy_bcast(void *buf, int count, struct ompi_datatype_t *dtype,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_BCAST, .sbuf = buf, .scount = count,
                 .stype = dtype, .rbuf = buf, .rcount = count, .rtype = dtype,
                 .root = root);
-    return m->prev.bcast(buf, count, dtype, root, comm, m->prev.bcast_module);
+    ZCOPY_CALL_PREV(m, bcast, buf, count, dtype, root, comm);
 }
 
 static int coll_zcopy_gather(const void *sbuf, int scount, struct ompi_datatype_t *stype,
@@ -173,8 +180,8 @@ static int coll_zcopy_gather(const void *sbuf, int scount, struct ompi_datatype_
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_GATHER, .sbuf = sbuf, .scount = scount,
                 .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype,
                 .root = root);
-    return m->prev.gather(sbuf, scount, stype, rbuf, rcount, rtype, root,
-                          comm, m->prev.gather_module);
+    ZCOPY_CALL_PREV(m, gather, sbuf, scount, stype, rbuf, rcount, rtype, root,
+                          comm);
 }
 
 static int coll_zcopy_gatherv(const void *sbuf, int scount, struct ompi_datatype_t *stype,
@@ -188,8 +195,8 @@ static int coll_zcopy_gatherv(const void *sbuf, int scount, struct ompi_datatype
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_GATHERV, .sbuf = sbuf, .scount = scount,
                 .stype = stype, .rbuf = rbuf, .rtype = rtype,
                 .rcounts = rcounts, .rdispls = displs, .root = root);
-    return m->prev.gatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype,
-                           root, comm, m->prev.gatherv_module);
+    ZCOPY_CALL_PREV(m, gatherv, sbuf, scount, stype, rbuf, rcounts, displs, rtype,
+                           root, comm);
 }
 
 static int coll_zcopy_scatter(const void *sbuf, int scount, struct ompi_datatype_t *stype,
@@ -202,8 +209,8 @@ static int coll_zcopy_scatter(const void *sbuf, int scount, struct ompi_datatype
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_SCATTER, .sbuf = sbuf, .scount = scount,
                 .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype,
                 .root = root);
-    return m->prev.scatter(sbuf, scount, stype, rbuf, rcount, rtype, root,
-                           comm, m->prev.scatter_module);
+    ZCOPY_CALL_PREV(m, scatter, sbuf, scount, stype, rbuf, rcount, rtype, root,
+                           comm);
 }
 
 static int coll_zcopy_scatterv(const void *sbuf, const int *scounts,
@@ -217,8 +224,8 @@ static int coll_zcopy_scatterv(const void *sbuf, const int *scounts,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_SCATTERV, .sbuf = sbuf, .stype = stype,
                 .scounts = scounts, .sdispls = displs, .rbuf = rbuf,
                 .rcount = rcount, .rtype = rtype, .root = root);
-    return m->prev.scatterv(sbuf, scounts, displs, stype, rbuf, rcount, rtype,
-                            root, comm, m->prev.scatterv_module);
+    ZCOPY_CALL_PREV(m, scatterv, sbuf, scounts, displs, stype, rbuf, rcount, rtype,
+                            root, comm);
 }
 
 static int coll_zcopy_alltoall(const void *sbuf, int scount, struct ompi_datatype_t *stype,
@@ -230,8 +237,7 @@ static int coll_zcopy_alltoall(const void *sbuf, int scount, struct ompi_datatyp
 
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLTOALL, .sbuf = sbuf, .scount = scount,
                 .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype);
-    return m->prev.alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm,
-                            m->prev.alltoall_module);
+    ZCOPY_CALL_PREV(m, alltoall, sbuf, scount, stype, rbuf, rcount, rtype, comm);
 }
 
 static int coll_zcopy_alltoallv(const void *sbuf, const int *scounts,
@@ -245,8 +251,8 @@ static int coll_zcopy_alltoallv(const void *sbuf, const int *scounts,
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLTOALLV, .sbuf = sbuf, .stype = stype,
                 .scounts = scounts, .sdispls = sdispls, .rbuf = rbuf,
                 .rtype = rtype, .rcounts = rcounts, .rdispls = rdispls);
-    return m->prev.alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts,
-                             rdispls, rtype, comm, m->prev.alltoallv_module);
+    ZCOPY_CALL_PREV(m, alltoallv, sbuf, scounts, sdispls, stype, rbuf, rcounts,
+                             rdispls, rtype, comm);
 }
 
 static int coll_zcopy_barrier(ompi_communicator_t *comm,
@@ -255,7 +261,7 @@ static int coll_zcopy_barrier(ompi_communicator_t *comm,
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
     ZCOPY_ROUTE(m, .type = ZCOPY_COLL_BARRIER);
-    return m->prev.barrier(comm, m->prev.barrier_module);
+    ZCOPY_CALL_PREV(m, barrier, comm);
 }
 
 /* --- enable / disable ---------------------------------------------------- */

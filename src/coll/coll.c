@@ -431,6 +431,7 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return coll_fallback(zc, a->type, zc->disabled_reason);
 
     /* Peers' deactivated blocks are unmapped here, at every collective. */
+    zcopy_ctl_prefetch_hints(zc->ctl);
     zcopy_ipc_sweep();
     al.ctl = zc->ctl;
     coll_plan(zc, a, &al, &plan);

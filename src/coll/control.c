@@ -129,9 +129,10 @@ static zcopy_status_t ctl_alloc(zcopy_ctl_t **ctl_p, int rank, int nranks)
     ctl->peers = calloc((size_t)nranks, sizeof(*ctl->peers));
     ctl->cache = calloc((size_t)nranks, sizeof(*ctl->cache));
     ctl->cache_next = calloc((size_t)nranks, sizeof(*ctl->cache_next));
+    ctl->hints = calloc((size_t)nranks, sizeof(*ctl->hints));
     ctl->yield = ranks_outnumber_cores(nranks);
     *ctl_p = ctl;
-    if (!ctl->peers || !ctl->cache || !ctl->cache_next)
+    if (!ctl->peers || !ctl->cache || !ctl->cache_next || !ctl->hints)
         return zcopy_error(ZCOPY_ERR_NOMEM, "control: out of memory");
     return ZCOPY_SUCCESS;
 }
@@ -147,6 +148,7 @@ void zcopy_ctl_destroy(zcopy_ctl_t *ctl)
     free(ctl->peers);
     free(ctl->cache);
     free(ctl->cache_next);
+    free(ctl->hints);
     free(ctl);
 }
 

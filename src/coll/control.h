@@ -64,6 +64,7 @@ typedef struct zcopy_ctl {
     zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
     zcopy_ctl_cache_t (*cache)[2];/* last two translations per rank */
     unsigned *cache_next;
+    const uint8_t **hints;        /* per rank: peer data read last time */
 } zcopy_ctl_t;
 
 /* Collective over the communicator (through its service ops): builds the
@@ -84,6 +85,16 @@ static inline int64_t *zcopy_ctl_vector(const zcopy_ctl_t *ctl, int rank,
 {
     return zcopy_ctl_slot(ctl, rank)->vectors +
            ((seq & 1) * ZCOPY_CTL_NVEC + (size_t)which) * (size_t)ctl->nranks;
+}
+
+/* Small collectives read the same peer buffers call after call: asking for
+ * those lines before waiting for the peers overlaps their transfer with the
+ * arrival. A prefetch never faults, so a stale hint costs nothing. */
+static inline void zcopy_ctl_prefetch_hints(const zcopy_ctl_t *ctl)
+{
+    for (int r = 0; r < ctl->nranks; r++)
+        if (ctl->hints[r] != NULL)
+            __builtin_prefetch(ctl->hints[r], 0, 3);
 }
 
 /* Enters the next collective with this rank's arguments and waits for all

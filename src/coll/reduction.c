@@ -76,6 +76,8 @@ static void allreduce_replicated(zcopy_algo_t *al, uint8_t *const *ins,
                                  uint8_t *out, size_t count)
 {
     reduce_step(al, out, ins, 0, 0, count);
+    for (int j = 0; j < al->nranks; j++)
+        al->ctl->hints[j] = j == al->rank ? NULL : ins[j];
 }
 
 static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,

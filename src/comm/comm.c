@@ -17,8 +17,8 @@ static struct {
 /* Per thread because an internal MPI call belongs to the thread making it. */
 static _Thread_local int internal_depth;
 
-void zcopy_internal_enter(void) { internal_depth++; }
-void zcopy_internal_leave(void) { internal_depth--; }
+ZCOPY_COMPONENT_API void zcopy_internal_enter(void) { internal_depth++; }
+ZCOPY_COMPONENT_API void zcopy_internal_leave(void) { internal_depth--; }
 ZCOPY_COMPONENT_API bool zcopy_internal_active(void) { return internal_depth > 0; }
 
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,
