@@ -4,6 +4,8 @@
  */
 #include "control.h"
 
+#include "topo/topo.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -16,13 +18,13 @@
 
 /* What every rank tells the others when a communicator is set up. */
 typedef struct {
-    uint64_t server[2];           /* which server this process is on */
+    zcopy_topo_rank_t where;      /* server, local rank, nearest devices */
     zcopy_ipc_id_t ipc;           /* how to reach its export table */
     int32_t segment_fd;           /* rank 0: the control segment */
     int32_t status;
     uint64_t segment_ino;
 } ctl_hello_t;
-static_assert(sizeof(ctl_hello_t) == 48, "exchanged between processes");
+static_assert(sizeof(ctl_hello_t) == 64, "exchanged between processes");
 
 static inline void cpu_relax(void)
 {
@@ -41,41 +43,6 @@ static inline void ctl_relax(const zcopy_ctl_t *ctl, unsigned *spins)
         sched_yield();
     else
         cpu_relax();
-}
-
-/* --- server identity ----------------------------------------------------- */
-
-static uint64_t hash64(const char *s, uint64_t h)
-{
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 0x100000001b3ull;
-    return h;
-}
-
-/* Host name plus kernel boot id: two containers with one name on two
- * machines still differ. Virtual servers split a host by local rank. */
-static void server_identity(uint64_t server[2])
-{
-    char host[256] = "", boot[64] = "";
-    const char *local_rank = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    FILE *f;
-
-    gethostname(host, sizeof(host) - 1);
-    f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (fgets(boot, sizeof(boot), f) == NULL)
-            boot[0] = '\0';
-        fclose(f);
-    }
-    server[0] = hash64(boot, hash64(host, 0xcbf29ce484222325ull));
-    server[1] = 0;
-    if (zcopy_config.virtual_servers > 1 && local_rank && local_size) {
-        int lr = atoi(local_rank), ls = atoi(local_size);
-        int per = (ls + zcopy_config.virtual_servers - 1) /
-                  zcopy_config.virtual_servers;
-        server[1] = (uint64_t)(lr / (per > 0 ? per : 1)) + 1;
-    }
 }
 
 static bool ranks_outnumber_cores(int nranks)
@@ -178,8 +145,8 @@ static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
 static int first_other_server(const ctl_hello_t *all, int nranks)
 {
     for (int r = 1; r < nranks; r++)
-        if (all[r].server[0] != all[0].server[0] ||
-            all[r].server[1] != all[0].server[1])
+        if (all[r].where.server[0] != all[0].where.server[0] ||
+            all[r].where.server[1] != all[0].where.server[1])
             return r;
     return -1;
 }
@@ -201,7 +168,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         snprintf(reason, reason_len, "setup: out of memory");
         return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
     }
-    server_identity(mine.server);
+    zcopy_topo_rank_self(&mine.where);
     st = ctl_alloc(&ctl, zc->rank, zc->size);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
@@ -215,6 +182,14 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = zcopy_error(ZCOPY_ERR_INTERNAL, "setup exchange failed (%d)", rc);
         snprintf(reason, reason_len, "setup exchange failed");
         goto out; /* every rank saw the service collective fail */
+    }
+    if (zcopy_config.verbose >= ZCOPY_LOG_INFO) {
+        char name[MPI_MAX_OBJECT_NAME] = "";
+        int len = 0;
+
+        MPI_Comm_get_name(zc->handle, name, &len);
+        zcopy_topo_print_server_map(name[0] ? name : "an unnamed communicator",
+                                    zc->size, &all[0].where, sizeof(*all));
     }
     other = first_other_server(all, zc->size);
     if (other >= 0) {

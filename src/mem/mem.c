@@ -119,12 +119,7 @@ static zcopy_status_t check_prop(const zcopy_mem_prop_t *prop)
     if (prop->flags & ~ZCOPY_MEM_HUGE)
         return zcopy_error(ZCOPY_ERR_ARG, "unknown property flags 0x%x",
                            prop->flags & ~ZCOPY_MEM_HUGE);
-    if (prop->device < -1 ||
-        (prop->device >= 0 && !zcopy_mem_host_node_exists(prop->device)))
-        return zcopy_error(ZCOPY_ERR_ARG,
-                           "NUMA node %d does not exist on this machine",
-                           prop->device);
-    return ZCOPY_SUCCESS;
+    return zcopy_mem_host_check_node(prop->device);
 }
 
 ZCOPY_EXPORT int zcopy_mem_granularity(const zcopy_mem_prop_t *prop,

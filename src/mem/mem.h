@@ -48,7 +48,9 @@ void zcopy_mem_mapping_unpin(uintptr_t va);
 zcopy_status_t zcopy_mem_host_create(struct zcopy_mem_handle *h, size_t size,
                                      const zcopy_mem_prop_t *prop);
 size_t zcopy_mem_host_granularity(unsigned flags);
-bool zcopy_mem_host_node_exists(int node);
+/* Whether pages can be placed on NUMA node @node (-1: anywhere); the cause
+ * in the error detail if not. */
+zcopy_status_t zcopy_mem_host_check_node(int node);
 
 /* CUDA backend (mem_cuda.c): the driver is loaded at run time. */
 zcopy_status_t zcopy_mem_cuda_probe(void);

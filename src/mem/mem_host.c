@@ -5,6 +5,8 @@
  */
 #include "mem.h"
 
+#include "topo/topo.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,12 +31,45 @@ size_t zcopy_mem_host_granularity(unsigned flags)
     return (size_t)sysconf(_SC_PAGESIZE);
 }
 
-bool zcopy_mem_host_node_exists(int node)
+/* Where set_mempolicy can place pages. */
+static bool kernel_has_node(int node)
 {
     char path[64];
 
     snprintf(path, sizeof(path), "/sys/devices/system/node/node%d", node);
     return access(path, F_OK) == 0;
+}
+
+/* A node must be one that zcopy lists (the hwloc topology, see
+ * zcopy_topo_devices) and one the kernel can place pages on. The two
+ * differ under HWLOC_SYNTHETIC or HWLOC_XMLFILE, and where a cgroup keeps
+ * nodes from this process (hwloc then leaves them out). A listed node the
+ * kernel lacks is a valid request this machine cannot serve: UNSUPPORTED,
+ * so that a caller trying each listed node can tell it from a bad number. */
+zcopy_status_t zcopy_mem_host_check_node(int node)
+{
+    bool in_kernel, in_topology;
+
+    if (node == -1)
+        return ZCOPY_SUCCESS;
+    in_kernel = node >= 0 && kernel_has_node(node);
+    in_topology = zcopy_topo_numa_node_exists(node);
+    if (in_topology && in_kernel)
+        return ZCOPY_SUCCESS;
+    if (in_topology)
+        return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                           "NUMA node %d exists in the hwloc topology "
+                           "(HWLOC_SYNTHETIC or HWLOC_XMLFILE) but not in "
+                           "this kernel: pages cannot be placed on it", node);
+    if (in_kernel && zcopy_topo_init() != ZCOPY_SUCCESS)
+        return ZCOPY_SUCCESS; /* no topology to ask: the kernel decides */
+    if (in_kernel)
+        return zcopy_error(ZCOPY_ERR_ARG,
+                           "NUMA node %d is not in this process's hwloc "
+                           "topology (not allowed to it, or left out of "
+                           "HWLOC_SYNTHETIC or HWLOC_XMLFILE)", node);
+    return zcopy_error(ZCOPY_ERR_ARG,
+                       "NUMA node %d does not exist on this machine", node);
 }
 
 /* Allocates the pages of @fd on NUMA node @node by binding this thread's
