@@ -430,12 +430,15 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     if (zc->state != ZCOPY_COMM_READY)
         return coll_fallback(zc, a->type, zc->disabled_reason);
 
-    /* Peers' deactivated blocks are unmapped here, at every collective. */
-    zcopy_ctl_prefetch_hints(zc->ctl);
-    zcopy_ipc_sweep();
     al.ctl = zc->ctl;
     coll_plan(zc, a, &al, &plan);
-    al.seq = zcopy_ctl_arrive(zc->ctl, &plan.args);
+    al.seq = zcopy_ctl_publish(zc->ctl, &plan.args);
+    /* While this rank's arrival travels to the peers: fetch the peer data
+     * the last call read, and unmap peers' deactivated blocks (which must
+     * happen at every collective, and before any peer memory is touched). */
+    zcopy_ctl_prefetch_hints(zc->ctl);
+    zcopy_ipc_sweep();
+    zcopy_ctl_wait_arrivals(zc->ctl, al.seq);
 
     bad = first_ineligible(&al);
     if (bad >= 0) {

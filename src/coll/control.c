@@ -45,16 +45,21 @@ static inline void ctl_relax(const zcopy_ctl_t *ctl, unsigned *spins)
         cpu_relax();
 }
 
+/* Ranks outnumber cores when the job puts more processes on this node than
+ * it has CPUs to run them. A process bound to one core says nothing about
+ * the others (mpirun binds each rank to its own core), so affinity only
+ * counts when it leaves the process several CPUs, e.g. a cpuset. */
 static bool ranks_outnumber_cores(int nranks)
 {
     const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
     int local = local_size ? atoi(local_size) : nranks;
+    cpu_set_t set;
 
     if (zcopy_config.yield_mode)
         return zcopy_config.yield_mode == 1;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < cores)
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 1 &&
+        CPU_COUNT(&set) < cores)
         cores = CPU_COUNT(&set);
     return (local > nranks ? local : nranks) > cores;
 }
@@ -242,22 +247,27 @@ out:
 
 /* --- per collective ------------------------------------------------------ */
 
-uint64_t zcopy_ctl_arrive(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args)
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     uint64_t seq = ++ctl->seq;
-    unsigned spins = 0;
 
     own->args[seq & 1] = *args;
     /* Release: peers that see seq also see args and vectors written above. */
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
+    return seq;
+}
+
+void zcopy_ctl_wait_arrivals(const zcopy_ctl_t *ctl, uint64_t seq)
+{
+    unsigned spins = 0;
+
     for (int r = 0; r < ctl->nranks; r++) {
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         /* Acquire: pairs with the peer's release, so its args are visible. */
         while (atomic_load_explicit(&slot->arrive, memory_order_acquire) < seq)
             ctl_relax(ctl, &spins);
     }
-    return seq;
 }
 
 bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)

@@ -97,9 +97,11 @@ static inline void zcopy_ctl_prefetch_hints(const zcopy_ctl_t *ctl)
             __builtin_prefetch(ctl->hints[r], 0, 3);
 }
 
-/* Enters the next collective with this rank's arguments and waits for all
- * peers to enter it too. Returns the collective's number. */
-uint64_t zcopy_ctl_arrive(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
+/* Enters the next collective with this rank's arguments; returns its
+ * number. Peers may read the arguments from then on. */
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
+/* Waits until every peer has entered collective @seq. */
+void zcopy_ctl_wait_arrivals(const zcopy_ctl_t *ctl, uint64_t seq);
 
 static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
                                                      int rank, uint64_t seq)

@@ -22,6 +22,20 @@ static struct {
     zcopy_ipc_table_t *table;
 } exported = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
+uint64_t zcopy_ipc_job_id(void)
+{
+    const char *job = getenv("PMIX_NAMESPACE");
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    if (job == NULL || *job == '\0')
+        job = getenv("OMPI_MCA_ess_base_jobid");
+    if (job == NULL || *job == '\0')
+        return 0;
+    while (*job)
+        h = (h ^ (uint8_t)*job++) * 0x100000001b3ull;
+    return h;
+}
+
 static zcopy_status_t export_create_locked(void)
 {
     struct stat st;
@@ -42,6 +56,7 @@ static zcopy_status_t export_create_locked(void)
         goto err_close;
     exported.table = p;
     exported.table->magic = ZCOPY_IPC_TABLE_MAGIC;
+    exported.table->job = zcopy_ipc_job_id();
     exported.fd = fd;
     exported.ino = (uint64_t)st.st_ino;
     return ZCOPY_SUCCESS;

@@ -37,6 +37,10 @@ typedef struct {
     uint64_t table_ino;
 } zcopy_ipc_id_t;
 
+/* Identity of this process's MPI job (Open MPI's PMIx namespace), or 0
+ * outside mpirun. Imports are served only between processes of one job. */
+uint64_t zcopy_ipc_job_id(void);
+
 /* Creates this process's export table (once) and returns how to reach it. */
 zcopy_status_t zcopy_ipc_local_id(zcopy_ipc_id_t *id);
 

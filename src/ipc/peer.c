@@ -308,6 +308,14 @@ static zcopy_status_t peer_open(const zcopy_ipc_id_t *id,
                          (int)id->pid);
         goto err;
     }
+    /* zcopy's import path serves only processes of one job (SPEC 8). */
+    if (peer->table->job != zcopy_ipc_job_id() || peer->table->job == 0) {
+        st = zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                         "import from process %d refused: it is not part of "
+                         "this MPI job", (int)id->pid);
+        zcopy_log(ZCOPY_LOG_WARN, "ipc", "%s", zcopy_error_detail());
+        goto err;
+    }
     *peer_p = peer;
     return ZCOPY_SUCCESS;
 

@@ -32,7 +32,8 @@ typedef struct {
     _Atomic uint64_t seq;
     uint32_t nblocks;
     uint32_t reserved;
-    uint8_t pad[ZCOPY_CACHE_LINE - 24];
+    uint64_t job;                 /* zcopy_ipc_job_id() of the owner */
+    uint8_t pad[ZCOPY_CACHE_LINE - 32];
     zcopy_ipc_entry_t entries[ZCOPY_IPC_MAX_BLOCKS];
 } zcopy_ipc_table_t;
 static_assert(sizeof(zcopy_ipc_table_t) ==
