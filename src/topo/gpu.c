@@ -1,16 +1,17 @@
 /*
  * GPUs for ZCOPY_MEM_CUDA. One physical GPU shows up in hwloc as one PCI
  * device with zero or more OS devices under it (DRM "card1" and
- * "renderD128", "cuda0" when hwloc has its CUDA plugin, "nvml0", OpenCL
- * "opencl0d0"), so GPUs are counted by PCI device, and an NVIDIA display
- * controller counts even with no OS device (no nvidia-drm, no plugin).
+ * "renderD128"; "cuda0", "nvml0", "opencl0d0" where hwloc's GPU plugins
+ * ran, which topo.c turns off but an XML file may carry), so GPUs are
+ * counted by PCI device, and an NVIDIA display controller counts even with
+ * no OS device (no nvidia-drm).
  *
  * Numbering follows CUDA, since that is what zcopy_mem_prop_t.device means
  * for this kind: the N of "cudaN" where hwloc's CUDA plugin named the GPU
- * (it numbers in the process's own CUDA order, CUDA_VISIBLE_DEVICES
- * included, and a GPU it did not name is not visible to CUDA); otherwise
- * PCI bus order, which is CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID
- * and no CUDA_VISIBLE_DEVICES.
+ * (it numbered in CUDA's own order, CUDA_VISIBLE_DEVICES included, and a
+ * GPU it did not name was not visible to CUDA); otherwise PCI bus order,
+ * which is CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID and no
+ * CUDA_VISIBLE_DEVICES.
  */
 #include "gpu.h"
 
@@ -57,16 +58,21 @@ static int cuda_number(const struct hwloc_obj *pci, const char **name_p)
     return number;
 }
 
+/* domain:bus:dev.func as one number that sorts like the bus id. */
+static unsigned long pci_bus_key(const struct hwloc_obj *pci)
+{
+    const struct hwloc_pcidev_attr_s *a = &pci->attr->pcidev;
+
+    return (unsigned long)a->domain << 24 | (unsigned long)a->bus << 16 |
+           (unsigned long)a->dev << 8 | a->func;
+}
+
 static int pci_bus_order(const void *a, const void *b)
 {
-    const struct hwloc_pcidev_attr_s *x = &(*(hwloc_obj_t const *)a)->attr->pcidev;
-    const struct hwloc_pcidev_attr_s *y = &(*(hwloc_obj_t const *)b)->attr->pcidev;
-    unsigned long kx = (unsigned long)x->domain << 24 | (unsigned)x->bus << 16 |
-                       (unsigned)x->dev << 8 | x->func;
-    unsigned long ky = (unsigned long)y->domain << 24 | (unsigned)y->bus << 16 |
-                       (unsigned)y->dev << 8 | y->func;
+    unsigned long x = pci_bus_key(*(hwloc_obj_t const *)a);
+    unsigned long y = pci_bus_key(*(hwloc_obj_t const *)b);
 
-    return (kx > ky) - (kx < ky);
+    return (x > y) - (x < y);
 }
 
 static void gpu_describe(hwloc_topology_t hw, hwloc_obj_t pci, int number,

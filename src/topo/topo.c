@@ -38,6 +38,16 @@ static unsigned cpuset_weight(hwloc_const_cpuset_t set)
     return w > 0 ? (unsigned)w : 0; /* -1 is an infinite set: none here */
 }
 
+/* hwloc plugins that would start a GPU runtime (OpenCL, CUDA, NVML, ROCm
+ * SMI, Level Zero) or an X connection (gl) in every process that loads the
+ * topology, whether or not it ever uses a GPU; zcopy loads the CUDA driver
+ * itself, and only when asked for CUDA memory. "pci" (libpciaccess) only
+ * adds vendor names: the Linux backend finds PCI devices in sysfs itself,
+ * and libpciaccess leaks its name table. */
+static const char *const skipped_components[] = {
+    "opencl", "cuda", "nvml", "rsmi", "levelzero", "gl", "pci",
+};
+
 static int os_index_order(const void *a, const void *b)
 {
     int x = ((const zcopy_topo_device_t *)a)->os_index;
@@ -99,6 +109,11 @@ static zcopy_status_t state_load(topo_state_t **state_p)
     /* GPUs are I/O objects, which hwloc leaves out unless asked; IMPORTANT
      * keeps GPUs, NICs and the PCI devices under them, not every bridge. */
     hwloc_topology_set_io_types_filter(s->hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    for (size_t i = 0; i < sizeof(skipped_components) /
+                               sizeof(skipped_components[0]); i++)
+        (void)hwloc_topology_set_components(
+            s->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+            skipped_components[i]); /* fails only if this build lacks it */
     if (hwloc_topology_load(s->hw) != 0) {
         st = zcopy_error(ZCOPY_ERR_SYSTEM, "hwloc_topology_load failed: %s",
                          strerror(errno));

@@ -23,10 +23,10 @@
 
 /* Where this process runs, as the coll layer groups processes. */
 typedef struct {
-    uint64_t id[2];               /* [0] host, [1] virtual server + 1 (0: host not split) */
+    uint64_t id[2];               /* host; virtual server + 1, 0 if not split */
     int virtual_index;            /* which virtual server of the host, from 0 */
     int virtual_count;            /* virtual servers per host in effect */
-    int local_rank;               /* among the job's processes on the host; -1 unknown */
+    int local_rank;               /* among the job's processes on host, or -1 */
     int local_index;              /* among the job's processes on this server */
     int local_count;              /* the job's processes on this server */
     char host[65];                /* HOST_NAME_MAX + 1 */
