@@ -229,7 +229,7 @@ static void map_print(const char *scope, int comm_size,
     l.len = 0;
     line_add(&l, "  NUMA nodes:");
     device_list(&l, ZCOPY_MEM_HOST);
-    if (!zcopy_topo_is_this_system())
+    if (zcopy_topo_init() == ZCOPY_SUCCESS && !zcopy_topo_is_this_system())
         line_add(&l, " (HWLOC_SYNTHETIC or HWLOC_XMLFILE: not this machine)");
     zcopy_log(ZCOPY_LOG_INFO, "topo", "%s", l.text);
     l.len = 0;
