@@ -106,7 +106,7 @@ static int zcopy_init_query(bool enable_progress_threads,
 /* --- MPI_T performance variables, bound to a communicator ---------------- */
 
 typedef enum { PVAR_ZCOPY_CALLS, PVAR_FALLBACK_CALLS, PVAR_IPC_BYTES,
-               PVAR_UCX_BYTES } zcopy_pvar_t;
+               PVAR_UCX_BYTES, PVAR_INLINE_CALLS } zcopy_pvar_t;
 
 static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
                           void *obj)
@@ -124,6 +124,7 @@ static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
     case PVAR_FALLBACK_CALLS: *out = zc->stats.fallback_calls; break;
     case PVAR_IPC_BYTES:      *out = zc->stats.ipc_bytes; break;
     case PVAR_UCX_BYTES:      *out = zc->stats.ucx_bytes; break;
+    case PVAR_INLINE_CALLS:   *out = zc->stats.inline_calls; break;
     }
     return OMPI_SUCCESS;
 }
@@ -153,6 +154,9 @@ int mca_coll_zcopy_register_pvars(void)
           "communicator", PVAR_IPC_BYTES },
         { "ucx_bytes", "Bytes this rank moved through UCX on this "
           "communicator", PVAR_UCX_BYTES },
+        { "inline_calls", "Of the zero-copy collectives, those whose payload "
+          "(at most 48 bytes per rank) travelled inside the control line",
+          PVAR_INLINE_CALLS },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

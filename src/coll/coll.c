@@ -374,9 +374,9 @@ static void coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     }
     if (p->args.reason != REASON_NONE)
         return;
-    if (!zcopy_registry_covers(p->sbuf, p->slen))
+    if (!zcopy_registry_covers_cached(p->sbuf, p->slen, &zc->covers_cache))
         p->args.reason = REASON_SEND_BUFFER;
-    else if (!zcopy_registry_covers(p->rbuf, p->rlen))
+    else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))
         p->args.reason = REASON_RECV_BUFFER;
 }
 
@@ -416,6 +416,51 @@ static int first_ineligible(const zcopy_algo_t *al)
     return -1;
 }
 
+/* Allreduces of at most ZCOPY_CTL_INLINE_MAX bytes carry the payload in the
+ * control line: one cache-line transfer per peer instead of an arrival, a
+ * load through the mapping and a departure. Every rank decides the same
+ * way, from count and datatype, which MPI requires to match. */
+static bool coll_takes_inline(const zcopy_coll_args_t *a, const zcopy_algo_t *al)
+{
+    int size = (int)al->ssize;
+
+    if (a->type != ZCOPY_COLL_ALLREDUCE || a->scount == 0)
+        return false;
+    if (size == 0 && MPI_Type_size(a->stype, &size) != MPI_SUCCESS)
+        return false;
+    return a->scount * (size_t)size <= ZCOPY_CTL_INLINE_MAX;
+}
+
+static zcopy_status_t coll_run_inline(zcopy_comm_t *zc,
+                                      const zcopy_coll_args_t *a,
+                                      const zcopy_algo_t *al,
+                                      const coll_plan_t *plan)
+{
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const bool eligible = plan->args.reason == REASON_NONE;
+    const size_t bytes = a->scount * al->ssize;
+    char why[64];
+    uint64_t seq;
+
+    seq = zcopy_ctl_inline_exchange(zc->ctl, plan->args.reason,
+                                    eligible ? (const void *)plan->sbuf : NULL,
+                                    eligible ? bytes : 0);
+    for (int r = 0; r < zc->size; r++) {
+        const zcopy_ctl_inline_t *line = zcopy_ctl_inline(zc->ctl, r, seq);
+        if (line->reason != REASON_NONE) {
+            snprintf(why, sizeof(why), "rank %d %s", r, reason_text[line->reason]);
+            return coll_fallback(zc, a->type, why);
+        }
+        srcs[r] = line->data;
+    }
+    /* Sources in rank order, the same on every rank: identical results. */
+    ZCOPY_CHECK(zcopy_reduce(a->op, a->stype, a->rbuf, srcs, zc->size,
+                             a->scount));
+    zc->stats.zcopy_calls++;
+    zc->stats.inline_calls++;
+    return ZCOPY_SUCCESS;
+}
+
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a)
 {
@@ -425,6 +470,9 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     char why[64];
     int bad;
 
+    /* Peers' deactivated blocks are unmapped at every collective, on any
+     * communicator (SPEC section 3), and before any peer memory is touched. */
+    zcopy_ipc_sweep();
     if (zc->state == ZCOPY_COMM_NEW)
         coll_setup(zc);
     if (zc->state != ZCOPY_COMM_READY)
@@ -432,12 +480,11 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
 
     al.ctl = zc->ctl;
     coll_plan(zc, a, &al, &plan);
+    if (coll_takes_inline(a, &al))
+        return coll_run_inline(zc, a, &al, &plan);
     al.seq = zcopy_ctl_publish(zc->ctl, &plan.args);
-    /* While this rank's arrival travels to the peers: fetch the peer data
-     * the last call read, and unmap peers' deactivated blocks (which must
-     * happen at every collective, and before any peer memory is touched). */
+    /* While the arrival travels: fetch the peer data the last call read. */
     zcopy_ctl_prefetch_hints(zc->ctl);
-    zcopy_ipc_sweep();
     zcopy_ctl_wait_arrivals(zc->ctl, al.seq);
 
     bad = first_ineligible(&al);

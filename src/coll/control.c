@@ -270,6 +270,30 @@ void zcopy_ctl_wait_arrivals(const zcopy_ctl_t *ctl, uint64_t seq)
     }
 }
 
+/* A rank rewrites inl[seq % 2] only after it saw every peer at seq - 1,
+ * so every peer has finished reading it for seq - 2. No sync is needed on
+ * the way out: nobody touches another rank's buffers. */
+uint64_t zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, uint32_t reason,
+                                   const void *data, size_t len)
+{
+    zcopy_ctl_inline_t *own;
+    uint64_t seq = ++ctl->inline_seq;
+    unsigned spins = 0;
+
+    own = &zcopy_ctl_slot(ctl, ctl->rank)->inl[seq & 1];
+    own->reason = reason;
+    if (len > 0)
+        memcpy(own->data, data, len);
+    /* Release: a peer that sees seq also sees reason and data. */
+    atomic_store_explicit(&own->seq, seq, memory_order_release);
+    for (int r = 0; r < ctl->nranks; r++) {
+        const zcopy_ctl_inline_t *peer = zcopy_ctl_inline(ctl, r, seq);
+        while (atomic_load_explicit(&peer->seq, memory_order_acquire) < seq)
+            ctl_relax(ctl, &spins);
+    }
+    return seq;
+}
+
 bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);

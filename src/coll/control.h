@@ -30,16 +30,29 @@ typedef struct {
     uint64_t rbuf;
 } zcopy_ctl_args_t;
 
+#define ZCOPY_CTL_INLINE_MAX 48   /* payload bytes that fit a line */
+
+/* A tiny collective in one line: flag, eligibility and payload travel in
+ * a single cache-line transfer. */
+typedef struct {
+    _Atomic uint64_t seq;         /* number of the inline collective */
+    uint32_t reason;
+    uint32_t flags;
+    uint8_t data[ZCOPY_CTL_INLINE_MAX];
+} zcopy_ctl_inline_t;
+static_assert(sizeof(zcopy_ctl_inline_t) == ZCOPY_CACHE_LINE, "one line");
+
 typedef struct {
     _Atomic uint64_t arrive;
     zcopy_ctl_args_t args[2];
     uint8_t pad0[ZCOPY_CACHE_LINE - 8 - 2 * sizeof(zcopy_ctl_args_t)];
     _Atomic uint64_t sync;
     uint8_t pad1[ZCOPY_CACHE_LINE - 8];
+    zcopy_ctl_inline_t inl[2];    /* by parity, like args */
     int64_t vectors[];            /* [2][ZCOPY_CTL_NVEC][nranks], in bytes */
 } zcopy_ctl_slot_t;
-static_assert(sizeof(zcopy_ctl_slot_t) == 2 * ZCOPY_CACHE_LINE,
-              "slot header is two cache lines, shared between processes");
+static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
+              "slot header is four cache lines, shared between processes");
 
 #define ZCOPY_CTL_IN_PLACE 0x1u
 
@@ -59,6 +72,7 @@ typedef struct zcopy_ctl {
     size_t segment_size;
     size_t stride;                /* bytes per slot */
     uint64_t seq;                 /* collectives entered on this comm */
+    uint64_t inline_seq;          /* inline collectives entered */
     uint64_t syncs;               /* syncs passed in the current lifetime */
     bool yield;                   /* more local ranks than cores */
     zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
@@ -102,6 +116,17 @@ static inline void zcopy_ctl_prefetch_hints(const zcopy_ctl_t *ctl)
 uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
 /* Waits until every peer has entered collective @seq. */
 void zcopy_ctl_wait_arrivals(const zcopy_ctl_t *ctl, uint64_t seq);
+
+/* The inline variant: publishes @len bytes of payload with the arrival and
+ * waits for every peer's; returns the inline collective's number. */
+uint64_t zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, uint32_t reason,
+                                   const void *data, size_t len);
+
+static inline const zcopy_ctl_inline_t *
+zcopy_ctl_inline(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
+{
+    return &zcopy_ctl_slot(ctl, rank)->inl[seq & 1];
+}
 
 static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
                                                      int rank, uint64_t seq)

@@ -4,6 +4,7 @@
 #include "coll/control.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,12 +15,29 @@ static struct {
     zcopy_comm_t *head;
 } comms = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* Per thread because an internal MPI call belongs to the thread making it. */
+/* Per thread because an internal MPI call belongs to the thread making it;
+ * the process-wide count of threads inside one lets the common case (none)
+ * answer without a thread-local lookup on every collective. */
 static _Thread_local int internal_depth;
+static _Atomic int internal_threads;
 
-ZCOPY_COMPONENT_API void zcopy_internal_enter(void) { internal_depth++; }
-ZCOPY_COMPONENT_API void zcopy_internal_leave(void) { internal_depth--; }
-ZCOPY_COMPONENT_API bool zcopy_internal_active(void) { return internal_depth > 0; }
+ZCOPY_COMPONENT_API void zcopy_internal_enter(void)
+{
+    if (internal_depth++ == 0)
+        atomic_fetch_add_explicit(&internal_threads, 1, memory_order_relaxed);
+}
+
+ZCOPY_COMPONENT_API void zcopy_internal_leave(void)
+{
+    if (--internal_depth == 0)
+        atomic_fetch_sub_explicit(&internal_threads, 1, memory_order_relaxed);
+}
+
+ZCOPY_COMPONENT_API bool zcopy_internal_active(void)
+{
+    return atomic_load_explicit(&internal_threads, memory_order_relaxed) > 0 &&
+           internal_depth > 0;
+}
 
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,
                                  const zcopy_comm_ops_t *ops,

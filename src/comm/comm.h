@@ -8,6 +8,7 @@
 #define ZCOPY_COMM_H
 
 #include "base/base.h"
+#include "registry/registry.h"
 
 #include <mpi.h>
 #include <mpix_zcopy.h>
@@ -42,6 +43,7 @@ typedef struct zcopy_comm {
         MPI_Datatype type;
         size_t size;
     } type_cache[ZCOPY_TYPE_CACHE]; /* predefined types seen (coll.c) */
+    zcopy_covers_cache_t covers_cache; /* buffers found activated */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     struct zcopy_comm *next;      /* in the process's list, for lookup */

@@ -29,8 +29,9 @@ typedef struct {
 
 struct zcopy_ipc_peer {
     pid_t pid;
-    int pidfd;
-    unsigned refs;
+    int pidfd;                        /* -1 while dormant */
+    unsigned refs;                    /* communicators using the peer */
+    int watch;                        /* index in watches, or -1 */
     const zcopy_ipc_table_t *table;   /* the owner's, mapped read-only */
     uint64_t seen_seq;                /* table version the imports match */
     zcopy_ipc_entry_t *entries;       /* copy of the table at seen_seq */
@@ -43,11 +44,26 @@ struct zcopy_ipc_peer {
 };
 
 /* Peers are per process: every communicator shares one import of each
- * peer, as it shares one registry. */
+ * peer, as it shares one registry. A peer no communicator uses any more
+ * goes dormant: its imports, mirrors and pidfd are released, but its table
+ * stays mapped, so that the lock-free check below never reads unmapped
+ * memory; a later communicator with the same peer wakes it. */
 static struct {
     pthread_mutex_t lock;
     zcopy_ipc_peer_t *head;
 } peers = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* What zcopy_ipc_sweep checks at every collective without a lock: for each
+ * peer, where its table's version is and which version its imports match.
+ * A locked instruction there would wait for the store that publishes the
+ * rank's arrival, so the common case (nothing changed) takes no lock. */
+#define ZCOPY_IPC_MAX_WATCHES 4096
+static struct {
+    _Atomic(const _Atomic uint64_t *) version;
+    _Atomic uint64_t seen;
+} watches[ZCOPY_IPC_MAX_WATCHES];
+static _Atomic int nwatches;
+static _Atomic bool watches_overflowed; /* then every sweep takes the lock */
 
 static int sys_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
@@ -247,6 +263,9 @@ static void peer_resync(zcopy_ipc_peer_t *peer)
     if (seq == peer->seen_seq)
         return;
     peer->seen_seq = peer_copy_table(peer);
+    if (peer->watch >= 0)
+        atomic_store_explicit(&watches[peer->watch].seen, peer->seen_seq,
+                              memory_order_relaxed);
     for (size_t i = peer->nimports; i-- > 0;)
         if (peer_entry(peer, peer->imports[i].generation) == NULL)
             import_drop(peer, i);
@@ -257,16 +276,24 @@ static void peer_resync(zcopy_ipc_peer_t *peer)
 
 /* --- public -------------------------------------------------------------- */
 
-static void peer_free(zcopy_ipc_peer_t *peer)
+/* Releases what only an active peer needs. */
+static void peer_release(zcopy_ipc_peer_t *peer)
 {
     while (peer->nimports)
         import_drop(peer, peer->nimports - 1);
     while (peer->nmirrors)
         mirror_release(peer, peer->nmirrors - 1);
-    if (peer->table)
-        munmap((void *)peer->table, sizeof(*peer->table));
     if (peer->pidfd >= 0)
         close(peer->pidfd);
+    peer->pidfd = -1;
+}
+
+/* Only for a peer that never reached the watch list. */
+static void peer_free(zcopy_ipc_peer_t *peer)
+{
+    peer_release(peer);
+    if (peer->table)
+        munmap((void *)peer->table, sizeof(*peer->table));
     free(peer->entries);
     free(peer->mirrors);
     free(peer->imports);
@@ -284,6 +311,7 @@ static zcopy_status_t peer_open(const zcopy_ipc_id_t *id,
     if (peer == NULL)
         return zcopy_error(ZCOPY_ERR_NOMEM, "peer: out of memory");
     peer->pid = id->pid;
+    peer->watch = -1;
     peer->seen_seq = UINT64_MAX;
     peer->entries = malloc(ZCOPY_IPC_MAX_BLOCKS * sizeof(*peer->entries));
     peer->pidfd = sys_pidfd_open(id->pid);
@@ -324,20 +352,52 @@ err:
     return st;
 }
 
+/* Called with the lock held, once the peer is in the list for good. */
+static void peer_watch(zcopy_ipc_peer_t *peer)
+{
+    int n = atomic_load_explicit(&nwatches, memory_order_relaxed);
+
+    if (n == ZCOPY_IPC_MAX_WATCHES) {
+        atomic_store_explicit(&watches_overflowed, true, memory_order_relaxed);
+        return;
+    }
+    peer->watch = n;
+    atomic_store_explicit(&watches[n].seen, peer->seen_seq,
+                          memory_order_relaxed);
+    atomic_store_explicit(&watches[n].version, &peer->table->seq,
+                          memory_order_relaxed);
+    /* Release: a sweep that sees the new count sees the entry. */
+    atomic_store_explicit(&nwatches, n + 1, memory_order_release);
+}
+
+static zcopy_status_t peer_wake(zcopy_ipc_peer_t *peer)
+{
+    if (peer->pidfd >= 0)
+        return ZCOPY_SUCCESS;
+    peer->pidfd = sys_pidfd_open(peer->pid);
+    if (peer->pidfd < 0)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "peer %d: pidfd_open: %s",
+                           (int)peer->pid, strerror(errno));
+    return ZCOPY_SUCCESS;
+}
+
 zcopy_status_t zcopy_ipc_peer_get(const zcopy_ipc_id_t *id,
                                   zcopy_ipc_peer_t **peer_p)
 {
     zcopy_ipc_peer_t *peer;
-    zcopy_status_t st = ZCOPY_SUCCESS;
+    zcopy_status_t st;
 
     pthread_mutex_lock(&peers.lock);
     for (peer = peers.head; peer && peer->pid != id->pid; peer = peer->next)
         ;
-    if (peer == NULL) {
+    if (peer != NULL) {
+        st = peer_wake(peer);
+    } else {
         st = peer_open(id, &peer);
         if (st == ZCOPY_SUCCESS) {
             peer->next = peers.head;
             peers.head = peer;
+            peer_watch(peer);
         }
     }
     if (st == ZCOPY_SUCCESS) {
@@ -350,17 +410,11 @@ zcopy_status_t zcopy_ipc_peer_get(const zcopy_ipc_id_t *id,
 
 void zcopy_ipc_peer_put(zcopy_ipc_peer_t *peer)
 {
-    zcopy_ipc_peer_t **pp;
-
     if (peer == NULL)
         return;
     pthread_mutex_lock(&peers.lock);
-    if (--peer->refs == 0) {
-        for (pp = &peers.head; *pp != peer; pp = &(*pp)->next)
-            ;
-        *pp = peer->next;
-        peer_free(peer);
-    }
+    if (--peer->refs == 0)
+        peer_release(peer);
     pthread_mutex_unlock(&peers.lock);
 }
 
@@ -419,8 +473,26 @@ uint64_t zcopy_ipc_peer_version(const zcopy_ipc_peer_t *peer)
     return atomic_load_explicit(&peer->table->seq, memory_order_acquire);
 }
 
+static bool watches_changed(void)
+{
+    int n = atomic_load_explicit(&nwatches, memory_order_acquire);
+
+    if (atomic_load_explicit(&watches_overflowed, memory_order_relaxed))
+        return true;
+    for (int i = 0; i < n; i++) {
+        const _Atomic uint64_t *version =
+            atomic_load_explicit(&watches[i].version, memory_order_relaxed);
+        if (atomic_load_explicit(version, memory_order_acquire) !=
+            atomic_load_explicit(&watches[i].seen, memory_order_relaxed))
+            return true;
+    }
+    return false;
+}
+
 void zcopy_ipc_sweep(void)
 {
+    if (!watches_changed())
+        return;
     pthread_mutex_lock(&peers.lock);
     for (zcopy_ipc_peer_t *peer = peers.head; peer; peer = peer->next)
         peer_resync(peer);
@@ -432,6 +504,8 @@ void zcopy_ipc_counts(size_t *npeers, size_t *nimports)
     *npeers = *nimports = 0;
     pthread_mutex_lock(&peers.lock);
     for (zcopy_ipc_peer_t *peer = peers.head; peer; peer = peer->next) {
+        if (peer->refs == 0)
+            continue; /* dormant */
         (*npeers)++;
         *nimports += peer->nimports;
     }

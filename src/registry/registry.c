@@ -279,17 +279,8 @@ out:
     return st;
 }
 
-/* The last extents found activated, valid while the registry's epoch is
- * unchanged: collectives ask about the same buffers call after call, and
- * this answers them without taking the lock. Per thread, so no sharing. */
-typedef struct {
-    uint64_t epoch;
-    uintptr_t lo, hi;
-} covers_entry_t;
-static _Thread_local covers_entry_t covers_cache[2];
-static _Thread_local unsigned covers_next;
-
-bool zcopy_registry_covers(const void *buf, size_t len)
+bool zcopy_registry_covers_cached(const void *buf, size_t len,
+                                  zcopy_covers_cache_t *cache)
 {
     uintptr_t at = (uintptr_t)buf, end = at + len, lo;
     uint64_t epoch = atomic_load_explicit(&reg.epoch, memory_order_acquire);
@@ -301,8 +292,8 @@ bool zcopy_registry_covers(const void *buf, size_t len)
     if (end < at)
         return false;
     for (int k = 0; k < 2; k++)
-        if (covers_cache[k].epoch == epoch && epoch != 0 &&
-            at >= covers_cache[k].lo && end <= covers_cache[k].hi)
+        if (cache->entry[k].epoch == epoch && epoch != 0 &&
+            at >= cache->entry[k].lo && end <= cache->entry[k].hi)
             return true;
 
     pthread_mutex_lock(&reg.lock);
@@ -312,10 +303,11 @@ bool zcopy_registry_covers(const void *buf, size_t len)
     while (i < reg.nblocks && reg.blocks[i].va <= at) {
         uintptr_t block_end = reg.blocks[i].va + reg.blocks[i].size;
         if (block_end >= end) {
+            unsigned k = cache->next++ & 1;
             covered = true;
-            covers_cache[covers_next++ & 1] =
-                (covers_entry_t){ .epoch = reg.epoch, .lo = lo,
-                                           .hi = block_end };
+            cache->entry[k].epoch = reg.epoch;
+            cache->entry[k].lo = lo;
+            cache->entry[k].hi = block_end;
             break;
         }
         if (i + 1 == reg.nblocks || reg.blocks[i + 1].va != block_end ||
@@ -326,6 +318,14 @@ bool zcopy_registry_covers(const void *buf, size_t len)
     }
     pthread_mutex_unlock(&reg.lock);
     return covered;
+}
+
+bool zcopy_registry_covers(const void *buf, size_t len)
+{
+    /* Per thread: callers without a cache of their own share none. */
+    static _Thread_local zcopy_covers_cache_t cache;
+
+    return zcopy_registry_covers_cached(buf, len, &cache);
 }
 
 size_t zcopy_registry_snapshot(zcopy_block_t *blocks, size_t max,

@@ -28,9 +28,23 @@ zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
                                        zcopy_mem_handle_t handle);
 zcopy_status_t zcopy_registry_deactivate(uintptr_t va);
 
+/* The last extents found activated, valid while the registry is unchanged:
+ * collectives ask about the same buffers call after call, and a hit answers
+ * without taking the lock. */
+typedef struct {
+    struct {
+        uint64_t epoch;
+        uintptr_t lo, hi;
+    } entry[2];
+    unsigned next;
+} zcopy_covers_cache_t;
+
 /* True when [buf, buf + len) lies wholly in activated memory of one range
  * (it may span adjacent blocks). len == 0 is always covered. */
 bool zcopy_registry_covers(const void *buf, size_t len);
+/* The same, with a cache owned by the caller (one per communicator). */
+bool zcopy_registry_covers_cached(const void *buf, size_t len,
+                                  zcopy_covers_cache_t *cache);
 
 /* Copies of the current blocks, for publication to peers; returns the count
  * (at most @max) and the registry's change counter in *@epoch. */

@@ -1156,6 +1156,7 @@ static const coll_desc_t colls[C_COUNT] = {
 typedef struct {
     char desc[160];
     bool zcopy, moves;
+    bool inlined;             /* payload travelled in the control line */
     uint64_t moved;           /* ipc + ucx bytes this rank moved */
     uint64_t reason_hash;     /* of last_fallback_reason; 0 for zero-copy */
 } log_entry_t;
@@ -1218,6 +1219,14 @@ static bool expect_zcopy(const coll_case_t *c)
     return true;
 }
 
+/* SPEC-independent product rule (README, "Small messages"): allreduces of
+ * 1 to 48 bytes carry their payload in the control line. */
+static bool expect_inline(const coll_case_t *c)
+{
+    return strcmp(c->coll->name, "allreduce") == 0 && c->type != NULL &&
+           c->count > 0 && c->count * c->type->extent <= 48;
+}
+
 /* Open MPI's MPI layer returns before any coll component for some calls
  * with nothing to do (count 0 in allreduce, reduce, bcast, allgather,
  * gather, scatter, alltoall; all-zero counts in reduce_scatter): then no
@@ -1237,7 +1246,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
 {
     static coll_case_t c; /* big arrays: not on the stack */
     MPIX_Zcopy_stats before, after;
-    uint64_t dz, df;
+    uint64_t dz, df, di;
     log_entry_t *e;
     bool zcopy;
     int rc;
@@ -1268,6 +1277,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     total_calls++;
 
     ZT_CHECK(rc == MPI_SUCCESS, "%s: rank %d: returned %d", c.desc, c.rank, rc);
+    di = after.inline_calls - before.inline_calls;
     dz = after.zcopy_calls - before.zcopy_calls;
     df = after.fallback_calls - before.fallback_calls;
     if (c.n < 2) /* no component on a single-rank comm: stats stay zero */
@@ -1276,10 +1286,14 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
                  c.rank, dz, df);
     else if (empty_call(&c) && dz == 0 && df == 0)
         ZT_CHECK(true, "%s", c.desc); /* Open MPI returned before coll */
-    else if (zcopy)
+    else if (zcopy) {
         ZT_CHECK(dz == 1 && df == 0, "%s: rank %d: expected zero-copy, got "
                  "zcopy +%" PRIu64 " fallback +%" PRIu64 " (last reason: %s)",
                  c.desc, c.rank, dz, df, after.last_fallback_reason);
+        ZT_CHECK(di == (expect_inline(&c) ? 1u : 0u), "%s: rank %d: inline "
+                 "+%" PRIu64 ", expected %d", c.desc, c.rank, di,
+                 expect_inline(&c));
+    }
     else {
         ZT_CHECK(dz == 0 && df == 1, "%s: rank %d: expected a fallback, got "
                  "zcopy +%" PRIu64 " fallback +%" PRIu64 "%s", c.desc, c.rank,
@@ -1298,6 +1312,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     e = &ph->log[ph->nlog++];
     memcpy(e->desc, c.desc, sizeof(e->desc));
     e->zcopy = zcopy && c.n >= 2;
+    e->inlined = di == 1;
     e->moves = c.coll->moves(&c);
     e->moved = (after.ipc_bytes + after.ucx_bytes) -
                (before.ipc_bytes + before.ucx_bytes);
@@ -1328,6 +1343,9 @@ static void phase_end(phase_t *ph)
         if (!e->zcopy)
             ZT_CHECK(moved == 0, "%s: a fallback moved %" PRIu64
                      " bytes through zcopy", e->desc, moved);
+        else if (e->inlined)
+            ZT_CHECK(moved == 0, "%s: an inline call counted %" PRIu64
+                     " bytes through mappings", e->desc, moved);
         else if (e->moves)
             ZT_CHECK(moved > 0, "%s: zero-copy call moved no bytes "
                      "(ipc_bytes + ucx_bytes over all ranks)", e->desc);
