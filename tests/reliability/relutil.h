@@ -1,0 +1,136 @@
+/*
+ * What the reliability tests look at from outside zcopy's API: the
+ * process's file descriptors and mappings as /proc shows them, and the
+ * identity of the job for the wrapper script (jobcheck.sh).
+ *
+ * zcopy's memfds are named so that /proc tells them apart:
+ *   "/memfd:zcopy (deleted)"          device memory (zcopy_mem_create)
+ *   "/memfd:zcopy-export (deleted)"   a process's export table
+ *   "/memfd:zcopy-ctl (deleted)"      a communicator's control segment
+ *
+ * Everything is static inline: each test is one translation unit.
+ */
+#ifndef ZCOPY_RELUTIL_H
+#define ZCOPY_RELUTIL_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REL_MEM "/memfd:zcopy (deleted)"
+#define REL_EXPORT "/memfd:zcopy-export (deleted)"
+#define REL_CTL "/memfd:zcopy-ctl (deleted)"
+
+/* Open file descriptors, not counting the directory stream's own. */
+static inline int rel_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+/* Descriptors whose /proc link contains @text ("anon_inode:[pidfd]"). */
+static inline int rel_count_fd_links(const char *text)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char path[300], link[256];
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        ssize_t len;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        len = readlink(path, link, sizeof(link) - 1);
+        if (len < 0)
+            continue;
+        link[len] = '\0';
+        n += strstr(link, text) != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Lines of /proc/self/maps containing @text (NULL: every line). Read with
+ * stdio into a stack buffer line by line; stdio's own buffer is malloc'ed
+ * below the mmap threshold, so reading adds no mapping. */
+static inline int rel_count_maps(const char *text)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int n = 0;
+
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (text == NULL || strstr(line, text))
+            n++;
+    fclose(f);
+    return n;
+}
+
+/* The fd of this process whose link is exactly @name (e.g. REL_EXPORT),
+ * and its inode; -1 if none. The first one found. */
+static inline int rel_find_fd(const char *name, uint64_t *ino)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char path[300], link[256];
+    int found = -1;
+
+    if (d == NULL)
+        return -1;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        struct stat st;
+        ssize_t len;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        len = readlink(path, link, sizeof(link) - 1);
+        if (len < 0)
+            continue;
+        link[len] = '\0';
+        if (strcmp(link, name) == 0 && stat(path, &st) == 0) {
+            found = atoi(e->d_name);
+            *ino = (uint64_t)st.st_ino;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* The job's identity as Open MPI names its files (vader_segment.<host>.
+ * <uid hex>.<jobid hex>.<rank>) and the pid of the launcher (mpirun forks
+ * the local ranks, and its session directory is named after its pid), for
+ * jobcheck.sh to look for leftovers of exactly this job. Rank 0 only. */
+static inline void rel_announce_job(int rank)
+{
+    const char *job = getenv("OMPI_MCA_ess_base_jobid");
+
+    if (rank != 0)
+        return;
+    printf("rel-job: %lx %d\n", job ? strtoul(job, NULL, 10) : 0ul,
+           (int)getppid());
+    fflush(stdout);
+}
+
+#endif
