@@ -74,8 +74,9 @@ static zcopy_status_t segment_create(size_t size, int *fd_p, uint64_t *ino_p)
     if (fd < 0)
         return zcopy_error(ZCOPY_ERR_SYSTEM, "control segment: %s",
                            strerror(errno));
-    /* Allocate now: ENOMEM here rather than SIGBUS inside a collective. */
-    if (ftruncate(fd, (off_t)size) != 0 ||
+    /* Allocate now: ENOMEM here rather than SIGBUS inside a collective.
+     * memfds are born 0777; owner-only, as all shared state (SPEC 8). */
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
         fallocate(fd, 0, 0, (off_t)size) != 0 || fstat(fd, &st) != 0) {
         close(fd);
         return zcopy_error(ZCOPY_ERR_NOMEM, "control segment: %s",

@@ -48,7 +48,9 @@ static zcopy_status_t export_create_locked(void)
     if (fd < 0)
         return zcopy_error(ZCOPY_ERR_SYSTEM, "export table: memfd_create: %s",
                            strerror(errno));
-    if (ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 || fstat(fd, &st) != 0)
+    /* memfds are born 0777; owner-only, as all shared state (SPEC 8). */
+    if (fchmod(fd, 0600) != 0 ||
+        ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 || fstat(fd, &st) != 0)
         goto err_close;
     p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ | PROT_WRITE,
              MAP_SHARED, fd, 0);

@@ -116,6 +116,13 @@ zcopy_status_t zcopy_mem_host_create(struct zcopy_mem_handle *h, size_t size,
         return zcopy_error(ZCOPY_ERR_SYSTEM, "memfd_create failed: %s",
                            strerror(errno));
     }
+    /* memfds are born 0777; owner-only, as all shared state (SPEC 8). */
+    if (fchmod(fd, 0600) != 0) {
+        int err = errno;
+        close(fd);
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "fchmod of memfd failed: %s",
+                           strerror(err));
+    }
     if (ftruncate(fd, (off_t)size) != 0 ||
         host_fallocate_on_node(fd, size, prop->device) != 0) {
         int err = errno;
