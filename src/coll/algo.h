@@ -56,13 +56,18 @@ static inline uint8_t *zcopy_algo_at(zcopy_algo_t *al, int rank, uint64_t base,
     return p;
 }
 
+/* Copies of at least this many bytes bypass the cache (copy.c). */
+#define ZCOPY_STREAMING_COPY_MIN (4u << 20)
+
+void zcopy_copy(void *dst, const void *src, size_t len);
+
 /* A copy where at least one side may be a peer's memory. */
 static inline void zcopy_algo_copy(zcopy_algo_t *al, void *dst,
                                    const void *src, size_t len, bool remote)
 {
     if (dst == NULL || src == NULL || len == 0 || dst == src)
         return;
-    memcpy(dst, src, len);
+    zcopy_copy(dst, src, len);
     if (remote)
         al->ipc_bytes += len;
 }

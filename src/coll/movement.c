@@ -44,16 +44,37 @@ zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
     return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
 }
 
+/* Small: every rank pulls the whole message from the root. Large: the
+ * message is cut into one slice per rank and rank k copies slice k from the
+ * root to every other rank, so all ranks copy at once, the root included. */
 zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al)
 {
     const size_t len = al->a->rcount * al->rsize;
-    const int root = al->a->root;
+    const int root = al->a->root, n = al->nranks, r = al->rank;
+    const uint8_t *src;
+    size_t lo, hi;
 
-    if (al->rank != root)
-        zcopy_algo_copy(al, al->a->rbuf,
-                        zcopy_algo_at(al, root, zcopy_algo_args(al, root)->sbuf,
-                                      0, len),
-                        len, true);
+    src = zcopy_algo_at(al, root, zcopy_algo_args(al, root)->sbuf, 0, len);
+    if (len <= zcopy_config.small_msg) {
+        if (r != root)
+            zcopy_algo_copy(al, al->a->rbuf, src, len, true);
+        goto out;
+    }
+    lo = zcopy_align_up(len * (size_t)r / (size_t)n, ZCOPY_CACHE_LINE);
+    hi = r + 1 == n ? len
+                    : zcopy_align_up(len * (size_t)(r + 1) / (size_t)n,
+                                     ZCOPY_CACHE_LINE);
+    hi = hi < len ? hi : len;
+    for (int k = 0; k < n && src != NULL && lo < hi; k++) {
+        int j = (r + k) % n; /* this rank's own buffer first */
+        if (j == root)
+            continue;
+        zcopy_algo_copy(al,
+                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf, lo,
+                                      hi - lo),
+                        src + lo, hi - lo, true);
+    }
+out:
     return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
 }
 

@@ -1,0 +1,44 @@
+/*
+ * Bulk copies for the data-movement algorithms. Past a few MiB, the
+ * destination will not stay in cache anyway, and ordinary stores first read
+ * every destination line they write (a third memory stream); streaming
+ * stores skip that read. Measured on this project's test machines: about
+ * 1.4x faster at 16 and 64 MiB, no gain at 1 MiB (hence the threshold).
+ */
+#include "algo.h"
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+static void copy_streaming(uint8_t *dst, const uint8_t *src, size_t len)
+{
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15, i;
+
+    memcpy(dst, src, head);
+    for (i = head; i + 64 <= len; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    memcpy(dst + i, src + i, len - i);
+    /* Streaming stores are weakly ordered: make them visible before the
+     * release store of the sync that tells peers the data is there. */
+    _mm_sfence();
+}
+#endif
+
+void zcopy_copy(void *dst, const void *src, size_t len)
+{
+#if defined(__x86_64__)
+    if (len >= ZCOPY_STREAMING_COPY_MIN) {
+        copy_streaming(dst, src, len);
+        return;
+    }
+#endif
+    memcpy(dst, src, len);
+}
