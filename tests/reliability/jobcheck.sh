@@ -64,7 +64,9 @@ run_step() {
     elapsed=$(( (end - start) / 1000000 ))
     echo "jobcheck: exit status $rc after ${elapsed} ms"
 
-    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    # timeout exits 124 (137 after -k); mpirun itself may exit 137 when a
+    # rank was killed, so only the clock tells them apart.
+    if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ $elapsed -ge $((within * 1000)) ]; then
         fail "the job did not end within ${within}s"
     elif [ "$expect" = pass ] && [ "$rc" != 0 ]; then
         fail "the job failed (status $rc)"
