@@ -1219,12 +1219,28 @@ static bool expect_zcopy(const coll_case_t *c)
     return true;
 }
 
-/* SPEC-independent product rule (README, "Small messages"): allreduces of
- * 1 to 48 bytes carry their payload in the control line. */
+/* zcopy's rule for tiny collectives (README, "Small messages"): when every
+ * rank's payload is 1 to 48 bytes it travels in the control line. The
+ * payload is a rank's input for reductions, bcast, allgather and gather,
+ * and its n blocks for reduce_scatter_block, scatter and alltoall. */
 static bool expect_inline(const coll_case_t *c)
 {
-    return strcmp(c->coll->name, "allreduce") == 0 && c->type != NULL &&
-           c->count > 0 && c->count * c->type->extent <= 48;
+    static const char *const whole[] = { "allreduce", "reduce", "bcast",
+                                         "allgather", "gather" };
+    static const char *const blocks[] = { "reduce_scatter_block", "scatter",
+                                          "alltoall" };
+    size_t bytes;
+
+    if (c->type == NULL || c->count == 0)
+        return false;
+    bytes = c->count * c->type->extent;
+    for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++)
+        if (strcmp(c->coll->name, whole[i]) == 0)
+            return bytes <= 48;
+    for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
+        if (strcmp(c->coll->name, blocks[i]) == 0)
+            return bytes * (size_t)c->n <= 48;
+    return false;
 }
 
 /* Open MPI's MPI layer returns before any coll component for some calls

@@ -259,9 +259,11 @@ static void test_remap(int fd0)
     int bad_maps = 0, bad_fds = 0, maps = 0, fds = 0;
 
     for (int k = 0; k < REMAP_CYCLES; k++) {
-        /* Sizes on both sides of the small-message threshold; data, root
-         * and size all change from one handle to the next. */
-        size_t count = 1 + ((size_t)k * 2477u) % MAX_COUNT;
+        /* Sizes on both sides of the small-message threshold, but above
+         * the inline limit (48 bytes), so the data goes through the
+         * mappings this test inspects; data, root and size all change from
+         * one handle to the next. */
+        size_t count = 13 + ((size_t)k * 2477u) % (MAX_COUNT - 12);
         zcopy_mem_handle_t h = activate_new(res, block_bytes);
 
         run_suite(res, count, 10 * k + 1, k);
