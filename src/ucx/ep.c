@@ -1,0 +1,281 @@
+/*
+ * Endpoints, one per peer process and shared by every communicator, and the
+ * remote keys unpacked on them, one per block generation of that peer.
+ *
+ * Order at the end of an endpoint, as UCX wants it: flush (no request may
+ * still use a key), destroy the keys, close the endpoint.
+ */
+#include "ucx_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool grow(void **array, size_t *cap, size_t n, size_t elem)
+{
+    size_t new_cap;
+    void *p;
+
+    if (n < *cap)
+        return true;
+    new_cap = *cap ? *cap * 2 : 8;
+    p = realloc(*array, new_cap * elem);
+    if (p == NULL)
+        return false;
+    *array = p;
+    *cap = new_cap;
+    return true;
+}
+
+static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key,
+                       const void *address, size_t address_len)
+{
+    return ep->key.host == key->host && ep->key.pid == key->pid &&
+           ep->address_len == address_len &&
+           memcmp(ep->address, address, address_len) == 0;
+}
+
+zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
+                                const void *address, size_t address_len,
+                                zcopy_ucx_ep_t **ep_p)
+{
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .address    = address,
+        /* No peer failure handling: it would exclude transports that cannot
+         * detect a dead peer, and a failed peer ends an MPI job anyway. */
+        .err_mode   = UCP_ERR_HANDLING_MODE_NONE,
+    };
+    zcopy_ucx_ep_t *ep;
+    zcopy_status_t st;
+    ucs_status_t us;
+
+    if (key == NULL || address == NULL || address_len == 0 || ep_p == NULL)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: endpoint: NULL or empty "
+                           "argument");
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    st = zcopy_ucx_init_locked();
+    if (st != ZCOPY_SUCCESS)
+        goto out;
+    for (size_t i = 0; i < zcopy_ucx.neps; i++) {
+        if (ep_matches(zcopy_ucx.eps[i], key, address, address_len)) {
+            zcopy_ucx.eps[i]->refs++;
+            *ep_p = zcopy_ucx.eps[i];
+            goto out;
+        }
+    }
+
+    if (!grow((void **)&zcopy_ucx.eps, &zcopy_ucx.cap_eps, zcopy_ucx.neps,
+              sizeof(*zcopy_ucx.eps))) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: endpoint: out of memory");
+        goto out;
+    }
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: endpoint: out of memory");
+        goto out;
+    }
+    ep->address = malloc(address_len);
+    if (ep->address == NULL) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: endpoint: out of memory");
+        goto err_free_ep;
+    }
+    memcpy(ep->address, address, address_len);
+    ep->address_len = address_len;
+    ep->key = *key;
+    us = ucp_ep_create(zcopy_ucx.worker, &params, &ep->handle);
+    if (us != UCS_OK) {
+        st = zcopy_ucx_error(us, "ucx: endpoint to pid %llu",
+                             (unsigned long long)key->pid);
+        goto err_free_address;
+    }
+    ep->refs = 1;
+    zcopy_ucx.eps[zcopy_ucx.neps++] = ep;
+    zcopy_log(ZCOPY_LOG_TRACE, "ucx", "endpoint to pid %llu on host %#llx",
+              (unsigned long long)key->pid, (unsigned long long)key->host);
+    *ep_p = ep;
+    goto out;
+
+err_free_address:
+    free(ep->address);
+err_free_ep:
+    free(ep);
+out:
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return st;
+}
+
+/* Flushes on the way to destroying keys or the endpoint: nobody is left to
+ * hear about a failure but the log, and the teardown goes on regardless. */
+static void flush_or_warn_locked(zcopy_ucx_ep_t *ep)
+{
+    if (zcopy_ucx_flush_locked(ep) != ZCOPY_SUCCESS)
+        zcopy_log(ZCOPY_LOG_WARN, "ucx", "%s", zcopy_error_detail());
+}
+
+static void rkey_destroy_at_locked(zcopy_ucx_ep_t *ep, size_t i)
+{
+    zcopy_ucx_rkey_t *rkey = ep->rkeys[i];
+
+    ucp_rkey_destroy(rkey->handle);
+    free(rkey);
+    ep->rkeys[i] = ep->rkeys[--ep->nrkeys];
+}
+
+void zcopy_ucx_ep_close_locked(zcopy_ucx_ep_t *ep, bool flush)
+{
+    ucp_request_param_t param = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = 0 /* flush mode */ };
+    ucs_status_t us;
+    size_t i;
+
+    if (flush && ep->issued != ep->flushed)
+        flush_or_warn_locked(ep);
+    while (ep->nrkeys > 0)
+        rkey_destroy_at_locked(ep, ep->nrkeys - 1);
+    free(ep->rkeys);
+    if (flush) {
+        us = zcopy_ucx_request_wait_locked(ucp_ep_close_nbx(ep->handle,
+                                                            &param));
+        if (us != UCS_OK)
+            zcopy_log(ZCOPY_LOG_WARN, "ucx", "closing the endpoint to pid "
+                      "%llu: %s", (unsigned long long)ep->key.pid,
+                      ucs_status_string(us));
+    }
+    for (i = 0; zcopy_ucx.eps[i] != ep; i++)
+        ;
+    zcopy_ucx.eps[i] = zcopy_ucx.eps[--zcopy_ucx.neps];
+    free(ep->address);
+    free(ep);
+}
+
+void zcopy_ucx_ep_put(zcopy_ucx_ep_t *ep)
+{
+    if (ep == NULL)
+        return;
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    if (--ep->refs == 0)
+        zcopy_ucx_ep_close_locked(ep, true);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+}
+
+/* --- remote keys ---------------------------------------------------------- */
+
+zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
+                                  const zcopy_ucx_remote_t *remote,
+                                  zcopy_ucx_rkey_t **rkey_p)
+{
+    zcopy_ucx_rkey_t *rkey;
+    zcopy_status_t st = ZCOPY_SUCCESS;
+    ucs_status_t us;
+
+    if (ep == NULL || remote == NULL || rkey_p == NULL ||
+        remote->packed_rkey == NULL || remote->packed_rkey_len == 0 ||
+        remote->size == 0)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: NULL or empty "
+                           "argument");
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    for (size_t i = 0; i < ep->nrkeys; i++) {
+        rkey = ep->rkeys[i];
+        if (rkey->generation != remote->generation)
+            continue;
+        if (rkey->va != remote->va || rkey->size != remote->size)
+            st = zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: generation "
+                             "%llu of pid %llu was [%#llx, +%llu), now "
+                             "[%#llx, +%llu)",
+                             (unsigned long long)remote->generation,
+                             (unsigned long long)ep->key.pid,
+                             (unsigned long long)rkey->va,
+                             (unsigned long long)rkey->size,
+                             (unsigned long long)remote->va,
+                             (unsigned long long)remote->size);
+        else
+            *rkey_p = rkey;
+        goto out;
+    }
+
+    if (!grow((void **)&ep->rkeys, &ep->cap_rkeys, ep->nrkeys,
+              sizeof(*ep->rkeys))) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
+        goto out;
+    }
+    rkey = calloc(1, sizeof(*rkey));
+    if (rkey == NULL) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
+        goto out;
+    }
+    /* UCX reads the packed key without being told its length; ours comes
+     * from the peer's own ucp_rkey_pack, which is what makes this safe. */
+    us = ucp_ep_rkey_unpack(ep->handle, remote->packed_rkey, &rkey->handle);
+    if (us != UCS_OK) {
+        st = zcopy_ucx_error(us, "ucx: unpacking the key of generation %llu "
+                             "of pid %llu",
+                             (unsigned long long)remote->generation,
+                             (unsigned long long)ep->key.pid);
+        free(rkey);
+        goto out;
+    }
+    rkey->ep = ep;
+    rkey->generation = remote->generation;
+    rkey->va = remote->va;
+    rkey->size = remote->size;
+    ep->rkeys[ep->nrkeys++] = rkey;
+    *rkey_p = rkey;
+out:
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return st;
+}
+
+static bool generation_live(uint64_t generation, const uint64_t *live,
+                            size_t nlive)
+{
+    for (size_t i = 0; i < nlive; i++)
+        if (live[i] == generation)
+            return true;
+    return false;
+}
+
+/* Destroys the key of generation *@only or, when @only is NULL, every key
+ * whose generation is not in @live; first flushes @ep once if transfers
+ * were issued on it since its last flush, so that no request still uses
+ * a key being destroyed. */
+static void rkeys_drop_locked(zcopy_ucx_ep_t *ep, const uint64_t *live,
+                              size_t nlive, const uint64_t *only)
+{
+    bool flushed = ep->issued == ep->flushed;
+    size_t i = 0;
+
+    while (i < ep->nrkeys) {
+        uint64_t gen = ep->rkeys[i]->generation;
+        bool drop = only ? gen == *only : !generation_live(gen, live, nlive);
+
+        if (!drop) {
+            i++;
+            continue;
+        }
+        if (!flushed) {
+            flush_or_warn_locked(ep);
+            flushed = true;
+        }
+        rkey_destroy_at_locked(ep, i);  /* moves the last key to i */
+    }
+}
+
+void zcopy_ucx_rkey_forget(zcopy_ucx_ep_t *ep, uint64_t generation)
+{
+    if (ep == NULL)
+        return;
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    rkeys_drop_locked(ep, NULL, 0, &generation);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+}
+
+void zcopy_ucx_rkey_prune(zcopy_ucx_ep_t *ep, const uint64_t *live,
+                          size_t nlive)
+{
+    if (ep == NULL || (live == NULL && nlive > 0))
+        return;
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    rkeys_drop_locked(ep, live, nlive, NULL);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+}

@@ -1,0 +1,97 @@
+/*
+ * UCX layer, shared between its files: the process's state and the helpers
+ * that run with its lock held (named *_locked).
+ */
+#ifndef ZCOPY_UCX_INT_H
+#define ZCOPY_UCX_INT_H
+
+#include "ucx.h"
+
+#include <pthread.h>
+#include <ucp/api/ucp.h>
+
+struct zcopy_ucx_rkey {
+    zcopy_ucx_ep_t *ep;           /* the endpoint it was unpacked on */
+    uint64_t generation;
+    uint64_t va;                  /* the peer's block, for range checks */
+    uint64_t size;
+    ucp_rkey_h handle;
+};
+
+struct zcopy_ucx_ep {
+    zcopy_ucx_peer_key_t key;
+    void *address;                /* the peer's worker address (a copy) */
+    size_t address_len;
+    unsigned refs;
+    ucp_ep_h handle;
+    zcopy_ucx_rkey_t **rkeys;     /* pointers, so handles survive growth */
+    size_t nrkeys, cap_rkeys;
+    /* Transfers issued on the endpoint, and how many of them a completed
+     * flush covers: equal means no request can still use a remote key. */
+    uint64_t issued;
+    uint64_t flushed;
+};
+
+struct zcopy_ucx_mem {
+    uintptr_t va;
+    size_t size;
+    zcopy_mem_kind_t kind;
+    ucp_mem_h memh;
+    void *packed_rkey;            /* from ucp_rkey_pack */
+    size_t packed_rkey_len;
+    struct zcopy_ucx_mem *next;
+};
+
+typedef enum {
+    UCX_STATE_NONE,               /* not tried yet */
+    UCX_STATE_LIVE,
+    UCX_STATE_FAILED              /* tried, failed; not retried */
+} ucx_state_t;
+
+/* One per process: the context and worker are per process by design (one
+ * worker serves every communicator; see ucx.h for the lock). */
+typedef struct {
+    pthread_mutex_t lock;
+    ucx_state_t state;
+    zcopy_status_t init_status;   /* why it failed, when FAILED */
+    ucp_context_h context;
+    ucp_worker_h worker;
+    uint64_t memory_types;        /* UCS_MEMORY_TYPE_* bits UCX supports */
+    ucp_address_t *address;
+    size_t address_len;
+    zcopy_ucx_ep_t **eps;
+    size_t neps, cap_eps;
+    zcopy_ucx_mem_t *mems;
+    size_t nmems;
+    _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
+} zcopy_ucx_state_t;
+
+extern zcopy_ucx_state_t zcopy_ucx;
+
+/* Records a failed UCX call as a zcopy error with UCX's reason. */
+zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+zcopy_status_t zcopy_ucx_init_locked(void);
+
+/* After a poll that found @events: nothing (again) means a pause that
+ * grows into yielding the processor, since the peer we wait for may need
+ * our core; @idle counts the empty polls in a row. */
+void zcopy_ucx_backoff(unsigned events, unsigned *idle);
+
+/* One progress call, then zcopy_ucx_backoff(). */
+void zcopy_ucx_poll_locked(unsigned *idle);
+
+/* Waits for @request (a ucp *_nbx result without a callback) and frees it;
+ * progresses the worker throughout. */
+ucs_status_t zcopy_ucx_request_wait_locked(ucs_status_ptr_t request);
+
+zcopy_status_t zcopy_ucx_flush_locked(zcopy_ucx_ep_t *ep);
+
+/* Closes @ep whatever its references: flushes first unless @force. */
+void zcopy_ucx_ep_close_locked(zcopy_ucx_ep_t *ep, bool force);
+
+/* Unregisters and frees @mem (it must be on the list). */
+void zcopy_ucx_mem_release_locked(zcopy_ucx_mem_t *mem);
+
+#endif
