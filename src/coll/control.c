@@ -5,6 +5,7 @@
 #include "control.h"
 
 #include "topo/topo.h"
+#include "ucx/ucx.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,9 +37,13 @@ static inline void cpu_relax(void)
 }
 
 /* Waiting: spin while every rank has a core; when ranks outnumber cores,
- * give the core away quickly, or the rank being waited for cannot run. */
+ * give the core away quickly, or the rank being waited for cannot run.
+ * Once UCX is in use, a peer's get or put may need our worker (UCX 1.13
+ * emulates them with active messages), so every wait progresses it; before
+ * that, zcopy_ucx_progress() is one load and a branch. */
 static inline void ctl_relax(const zcopy_ctl_t *ctl, unsigned *spins)
 {
+    zcopy_ucx_progress();
     if (ctl->yield ? ++*spins > 8 : (++*spins & 0xfff) == 0)
         sched_yield();
     else
