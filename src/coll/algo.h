@@ -57,7 +57,7 @@ static inline uint8_t *zcopy_algo_at(zcopy_algo_t *al, int rank, uint64_t base,
 }
 
 /* Copies of at least this many bytes bypass the cache (copy.c). */
-#define ZCOPY_STREAMING_COPY_MIN (4u << 20)
+#define ZCOPY_STREAMING_COPY_MIN (2u << 20)
 
 void zcopy_copy(void *dst, const void *src, size_t len);
 
