@@ -72,6 +72,11 @@ extern zcopy_config_t zcopy_config;
 
 void zcopy_config_from_env(void);
 
+/* Makes room for one more element after @count in a realloc'ed array of
+ * *@capacity elements (doubling it when full); false when out of memory. */
+bool zcopy_array_reserve(void **array, size_t *capacity, size_t count,
+                         size_t elem_size);
+
 static inline size_t zcopy_align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 static inline bool zcopy_is_aligned(uintptr_t v, size_t a) { return (v & (a - 1)) == 0; }
 static inline bool zcopy_ranges_overlap(uintptr_t a, size_t alen, uintptr_t b, size_t blen)

@@ -43,22 +43,6 @@ static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
 /* --- sorted arrays ------------------------------------------------------ */
 
-static bool grow(void **array, size_t *cap, size_t n, size_t elem)
-{
-    size_t new_cap;
-    void *p;
-
-    if (n < *cap)
-        return true;
-    new_cap = *cap ? *cap * 2 : 16;
-    p = realloc(*array, new_cap * elem);
-    if (p == NULL)
-        return false;
-    *array = p;
-    *cap = new_cap;
-    return true;
-}
-
 /* Index of the reservation containing @va, or -1. */
 static ssize_t resv_find(uintptr_t va)
 {
@@ -199,7 +183,7 @@ ZCOPY_EXPORT int zcopy_mem_reserve(void **va, size_t size, size_t alignment,
                            strerror(errno));
 
     pthread_mutex_lock(&mem.lock);
-    if (!grow((void **)&mem.resv, &mem.cap_resv, mem.nresv, sizeof(*r))) {
+    if (!zcopy_array_reserve((void **)&mem.resv, &mem.cap_resv, mem.nresv, sizeof(*r))) {
         pthread_mutex_unlock(&mem.lock);
         munmap(p, size);
         return zcopy_error(ZCOPY_ERR_NOMEM, "reserve: out of memory");
@@ -402,7 +386,7 @@ ZCOPY_EXPORT int zcopy_mem_map(void *va, size_t size, size_t offset,
     st = map_check((uintptr_t)va, size, offset, handle, flags, &r, &i);
     if (st != ZCOPY_SUCCESS)
         goto out;
-    if (!grow((void **)&mem.maps, &mem.cap_maps, mem.nmaps, sizeof(*mem.maps))) {
+    if (!zcopy_array_reserve((void **)&mem.maps, &mem.cap_maps, mem.nmaps, sizeof(*mem.maps))) {
         st = zcopy_error(ZCOPY_ERR_NOMEM, "map: out of memory");
         goto out;
     }

@@ -29,22 +29,6 @@ static struct {
     _Atomic uint64_t epoch;       /* bumped by every change, under lock */
 } reg = { .lock = PTHREAD_MUTEX_INITIALIZER, .next_generation = 1 };
 
-static bool grow(void **array, size_t *cap, size_t n, size_t elem)
-{
-    size_t new_cap;
-    void *p;
-
-    if (n < *cap)
-        return true;
-    new_cap = *cap ? *cap * 2 : 16;
-    p = realloc(*array, new_cap * elem);
-    if (p == NULL)
-        return false;
-    *array = p;
-    *cap = new_cap;
-    return true;
-}
-
 /* First range that ends after @va. */
 static size_t range_lower_bound(uintptr_t va)
 {
@@ -121,7 +105,7 @@ zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size)
                          (void *)reg.ranges[i].base, reg.ranges[i].size);
         goto out;
     }
-    if (!grow((void **)&reg.ranges, &reg.cap_ranges, reg.nranges,
+    if (!zcopy_array_reserve((void **)&reg.ranges, &reg.cap_ranges, reg.nranges,
               sizeof(*reg.ranges))) {
         st = zcopy_error(ZCOPY_ERR_NOMEM, "set memory range: out of memory");
         goto out;
@@ -210,7 +194,7 @@ static zcopy_status_t activate_check(uintptr_t va, size_t size,
                            "activate: [%p, +%zu) overlaps the activated block "
                            "[%p, +%zu)", (void *)va, size,
                            (void *)reg.blocks[i].va, reg.blocks[i].size);
-    if (!grow((void **)&reg.blocks, &reg.cap_blocks, reg.nblocks,
+    if (!zcopy_array_reserve((void **)&reg.blocks, &reg.cap_blocks, reg.nblocks,
               sizeof(*reg.blocks)))
         return zcopy_error(ZCOPY_ERR_NOMEM, "activate: out of memory");
     *range = r;
