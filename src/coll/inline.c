@@ -1,0 +1,167 @@
+/*
+ * Tiny collectives: when every rank's payload of a fixed-size collective
+ * fits a control line (at most ZCOPY_CTL_INLINE_MAX bytes), it travels in
+ * it: one cache-line transfer per peer instead of an arrival, loads
+ * through the mappings and a departure. This copies at most 48 bytes per
+ * rank, so these calls are counted in inline_calls as well as zcopy_calls
+ * and move no ipc_bytes.
+ */
+#include "path.h"
+
+#include <stdio.h>
+
+/* Bytes of payload in @type, contiguous or not: the part of a collective's
+ * size every rank agrees on, since MPI requires matching type signatures. */
+static size_t signature_size(zcopy_comm_t *zc, MPI_Datatype type)
+{
+    size_t size = zcopy_coll_type_size(zc, type);
+    int bytes;
+
+    if (size == 0 && type != MPI_DATATYPE_NULL &&
+        MPI_Type_size(type, &bytes) == MPI_SUCCESS)
+        size = (size_t)bytes;
+    return size;
+}
+
+/* The payload of a collective whose every rank's data fits a control line
+ * (at most ZCOPY_CTL_INLINE_MAX bytes) travels in it: one cache-line
+ * transfer per peer instead of an arrival, loads through the mappings and
+ * a departure. Returns that size, the same on every rank, or 0 when the
+ * collective takes the mapped path. Only arguments MPI declares significant
+ * on this rank are read, and they agree across ranks by MPI's rules. */
+size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
+{
+    const bool root = a->root == zc->rank;
+    const size_t n = (size_t)zc->size;
+    size_t total;
+
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+    case ZCOPY_COLL_REDUCE:
+    case ZCOPY_COLL_BCAST:
+        total = a->scount * signature_size(zc, a->stype);
+        break;
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+        total = n * a->scount * signature_size(zc, a->stype);
+        break;
+    case ZCOPY_COLL_ALLGATHER:
+        total = a->rcount * signature_size(zc, a->rtype);
+        break;
+    case ZCOPY_COLL_GATHER:
+        total = root ? a->rcount * signature_size(zc, a->rtype)
+                     : a->scount * signature_size(zc, a->stype);
+        break;
+    case ZCOPY_COLL_SCATTER:
+        total = n * (root ? a->scount * signature_size(zc, a->stype)
+                          : a->rcount * signature_size(zc, a->rtype));
+        break;
+    case ZCOPY_COLL_ALLTOALL:
+        total = n * a->rcount * signature_size(zc, a->rtype);
+        break;
+    default:
+        return 0;
+    }
+    return total <= ZCOPY_CTL_INLINE_MAX ? total : 0;
+}
+
+/* What this rank puts in its line: its input, or nothing. */
+static const void *inline_source(const zcopy_comm_t *zc,
+                                 const zcopy_coll_args_t *a,
+                                 const coll_plan_t *plan, size_t total,
+                                 size_t *len)
+{
+    const bool root = a->root == zc->rank;
+
+    *len = total;
+    switch (a->type) {
+    case ZCOPY_COLL_BCAST:
+    case ZCOPY_COLL_SCATTER:
+        *len = root ? total : 0;
+        return root ? (a->type == ZCOPY_COLL_BCAST ? a->rbuf : a->sbuf) : NULL;
+    case ZCOPY_COLL_GATHER:
+        if (root && a->sbuf == MPI_IN_PLACE)
+            return (const uint8_t *)a->rbuf + total * (size_t)zc->rank;
+        return a->sbuf;
+    default:
+        return plan->sbuf; /* the effective input, MPI_IN_PLACE resolved */
+    }
+}
+
+/* Delivers the payloads of @lines into this rank's output. */
+static zcopy_status_t inline_deliver(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                                     const uint8_t *const *lines, size_t total)
+{
+    const int n = zc->size, r = zc->rank;
+    const size_t block = a->type == ZCOPY_COLL_SCATTER ||
+                                 a->type == ZCOPY_COLL_ALLTOALL ||
+                                 a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK
+                             ? total / (size_t)n : total;
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    uint8_t *out = a->rbuf;
+
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+    case ZCOPY_COLL_REDUCE:
+        if (a->type == ZCOPY_COLL_REDUCE && r != a->root)
+            return ZCOPY_SUCCESS;
+        /* Sources in rank order, the same on every rank. */
+        return zcopy_reduce(a->op, a->stype, out, (const void *const *)lines,
+                            n, a->scount);
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+        for (int j = 0; j < n; j++)
+            srcs[j] = lines[j] + block * (size_t)r;
+        return zcopy_reduce(a->op, a->stype, out, srcs, n, a->scount);
+    case ZCOPY_COLL_BCAST:
+        if (r != a->root)
+            memcpy(out, lines[a->root], total);
+        return ZCOPY_SUCCESS;
+    case ZCOPY_COLL_SCATTER:
+        if (r != a->root || a->rbuf != MPI_IN_PLACE)
+            memcpy(out, lines[a->root] + block * (size_t)r, block);
+        return ZCOPY_SUCCESS;
+    case ZCOPY_COLL_GATHER:
+    case ZCOPY_COLL_ALLGATHER:
+        if (a->type == ZCOPY_COLL_GATHER && r != a->root)
+            return ZCOPY_SUCCESS;
+        for (int j = 0; j < n; j++)
+            if (j != r || a->sbuf != MPI_IN_PLACE)
+                memcpy(out + block * (size_t)j, lines[j], block);
+        return ZCOPY_SUCCESS;
+    case ZCOPY_COLL_ALLTOALL:
+        for (int j = 0; j < n; j++)
+            memcpy(out + block * (size_t)j, lines[j] + block * (size_t)r, block);
+        return ZCOPY_SUCCESS;
+    default:
+        return zcopy_error(ZCOPY_ERR_INTERNAL, "no inline form of %s",
+                           zcopy_coll_names[a->type]);
+    }
+}
+
+zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
+                                     const zcopy_coll_args_t *a,
+                                     const coll_plan_t *plan, size_t total)
+{
+    const uint8_t *lines[ZCOPY_CTL_MAX_RANKS];
+    const bool eligible = plan->args.reason == REASON_NONE;
+    const void *src;
+    char why[64];
+    uint64_t seq;
+    size_t len;
+
+    src = inline_source(zc, a, plan, total, &len);
+    seq = zcopy_ctl_inline_exchange(zc->ctl, plan->args.reason,
+                                    eligible ? src : NULL, eligible ? len : 0);
+    for (int r = 0; r < zc->size; r++) {
+        const zcopy_ctl_inline_t *line = zcopy_ctl_inline(zc->ctl, r, seq);
+        if (line->reason != REASON_NONE) {
+            snprintf(why, sizeof(why), "rank %d %s", r,
+                     zcopy_coll_reason_text[line->reason]);
+            return zcopy_coll_fallback(zc, a->type, why);
+        }
+        lines[r] = line->data;
+    }
+    ZCOPY_CHECK(inline_deliver(zc, a, lines, total));
+    zc->stats.zcopy_calls++;
+    zc->stats.inline_calls++;
+    return ZCOPY_SUCCESS;
+}

@@ -1,0 +1,51 @@
+/*
+ * The path decision, shared by the files of coll/: what a rank publishes at
+ * arrival (its plan), why it may not be eligible, and the tiny-collective
+ * path that carries payloads in the control line.
+ */
+#ifndef ZCOPY_COLL_PATH_H
+#define ZCOPY_COLL_PATH_H
+
+#include "algo.h"
+
+/* Why a rank is not eligible (zcopy_coll_reason_text names it). */
+typedef enum {
+    REASON_NONE,
+    REASON_SEND_BUFFER,
+    REASON_RECV_BUFFER,
+    REASON_DATATYPE,
+    REASON_OP,
+    REASON_LAYOUT,
+    REASON_COUNT
+} coll_reason_t;
+
+extern const char *const zcopy_coll_reason_text[REASON_COUNT];
+
+/* What this rank publishes at arrival, and the extents it checked. */
+typedef struct {
+    zcopy_ctl_args_t args;
+    const void *sbuf;             /* extents to check for activation */
+    size_t slen;
+    const void *rbuf;
+    size_t rlen;
+} coll_plan_t;
+
+/* Fills @p with this rank's arguments and eligibility (plan.c). */
+void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                     zcopy_algo_t *al, coll_plan_t *p);
+
+/* Bytes per element of a contiguous datatype, 0 if it is not (plan.c). */
+size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type);
+
+/* Counts a fallback with "<collective>: <why>" (coll.c). */
+zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
+                                   const char *why);
+
+/* The tiny-collective path (inline.c): the per-rank payload when the call
+ * takes it, else 0; then the call itself. */
+size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
+zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
+                                     const zcopy_coll_args_t *a,
+                                     const coll_plan_t *plan, size_t total);
+
+#endif

@@ -1,0 +1,316 @@
+/*
+ * Planning: which buffers of this rank each collective touches, whether
+ * they lie in activated memory, and what the rank publishes at arrival.
+ * Only the arguments MPI declares significant on this rank are read.
+ */
+#include "path.h"
+
+#include "registry/registry.h"
+
+/* --- datatypes and extents ----------------------------------------------- */
+
+/* Bytes per element of a contiguous datatype, 0 if it is not contiguous. */
+static size_t type_size_query(MPI_Datatype type)
+{
+    MPI_Aint lb, extent, true_lb, true_extent;
+    int size;
+
+    if (type == MPI_DATATYPE_NULL || MPI_Type_size(type, &size) != MPI_SUCCESS)
+        return 0;
+    MPI_Type_get_extent(type, &lb, &extent);
+    MPI_Type_get_true_extent(type, &true_lb, &true_extent);
+    if (lb != 0 || true_lb != 0 || extent != size || true_extent != size)
+        return 0;
+    return (size_t)size;
+}
+
+/* Predefined types never change, so their sizes are remembered per comm;
+ * a derived type's handle may be freed and reused, so it is asked anew. */
+size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type)
+{
+    int nints, naddrs, ntypes, combiner;
+    unsigned slot = (unsigned)(((uintptr_t)type >> 4) % ZCOPY_TYPE_CACHE);
+    size_t size;
+
+    if (zc->type_cache[slot].type == type && type != MPI_DATATYPE_NULL)
+        return zc->type_cache[slot].size;
+    size = type_size_query(type);
+    if (size && MPI_Type_get_envelope(type, &nints, &naddrs, &ntypes,
+                                      &combiner) == MPI_SUCCESS &&
+        combiner == MPI_COMBINER_NAMED) {
+        zc->type_cache[slot].type = type;
+        zc->type_cache[slot].size = size;
+    }
+    return size;
+}
+
+/* Byte extent [lo, hi) covered by a v-layout; false on a negative
+ * displacement. Also fills @bytes_out (displacements in bytes) if given. */
+static bool vector_extent(const int *counts, const int *displs, int n,
+                          size_t elem, size_t *lo, size_t *hi,
+                          int64_t *bytes_out)
+{
+    *lo = SIZE_MAX;
+    *hi = 0;
+    for (int j = 0; j < n; j++) {
+        if (displs[j] < 0 || counts[j] < 0)
+            return false;
+        if (bytes_out)
+            bytes_out[j] = (int64_t)displs[j] * (int64_t)elem;
+        if (counts[j] == 0)
+            continue;
+        size_t b = (size_t)displs[j] * elem;
+        size_t e = b + (size_t)counts[j] * elem;
+        *lo = b < *lo ? b : *lo;
+        *hi = e > *hi ? e : *hi;
+    }
+    if (*hi == 0)
+        *lo = 0;
+    return true;
+}
+
+/* --- planning: this rank's buffers per collective ------------------------ */
+
+static void plan_send(coll_plan_t *p, const void *buf, size_t len)
+{
+    p->sbuf = buf;
+    p->slen = len;
+    p->args.sbuf = (uintptr_t)buf;
+}
+
+static void plan_recv(coll_plan_t *p, const void *buf, size_t len)
+{
+    p->rbuf = buf;
+    p->rlen = len;
+    p->args.rbuf = (uintptr_t)buf;
+}
+
+static void plan_reduction(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                           zcopy_algo_t *al, coll_plan_t *p)
+{
+    const bool in_place = a->sbuf == MPI_IN_PLACE;
+    const bool root = a->type != ZCOPY_COLL_REDUCE || a->root == zc->rank;
+    size_t e = al->ssize, total = a->scount, own = a->rcount;
+
+    if (!zcopy_reduce_supported(a->op, a->stype)) {
+        p->args.reason = REASON_OP;
+        return;
+    }
+    if (a->type == ZCOPY_COLL_REDUCE_SCATTER) {
+        total = 0;
+        for (int j = 0; j < zc->size; j++) {
+            if (a->rcounts[j] < 0) {
+                p->args.reason = REASON_LAYOUT;
+                return;
+            }
+            total += (size_t)a->rcounts[j];
+        }
+        own = (size_t)a->rcounts[zc->rank];
+    } else if (a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK) {
+        total = a->rcount * (size_t)zc->size;
+    }
+    if (in_place && root) {
+        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        plan_send(p, a->rbuf, total * e);
+        plan_recv(p, a->rbuf, total * e);
+        return;
+    }
+    plan_send(p, a->sbuf, total * e);
+    if (root)
+        plan_recv(p, a->rbuf, own * e);
+}
+
+static void plan_allgather(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                           zcopy_algo_t *al, coll_plan_t *p)
+{
+    size_t lo = 0, hi, own_off, own_len;
+    const int n = zc->size, r = zc->rank;
+
+    if (a->type == ZCOPY_COLL_ALLGATHER) {
+        hi = a->rcount * al->rsize * (size_t)n;
+        own_off = a->rcount * al->rsize * (size_t)r;
+        own_len = a->rcount * al->rsize;
+    } else {
+        if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &lo, &hi,
+                           NULL)) {
+            p->args.reason = REASON_LAYOUT;
+            return;
+        }
+        own_off = (size_t)a->rdispls[r] * al->rsize;
+        own_len = (size_t)a->rcounts[r] * al->rsize;
+    }
+    plan_recv(p, (const uint8_t *)a->rbuf + lo, hi - lo);
+    p->args.rbuf = (uintptr_t)a->rbuf;
+    if (a->sbuf == MPI_IN_PLACE) {
+        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        plan_send(p, (const uint8_t *)a->rbuf + own_off, own_len);
+    } else {
+        plan_send(p, a->sbuf, a->scount * al->ssize);
+    }
+}
+
+static void plan_gather(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                        zcopy_ctl_t *ctl, zcopy_algo_t *al, coll_plan_t *p)
+{
+    const int n = zc->size, r = zc->rank;
+    size_t lo = 0, hi;
+
+    if (r != a->root) {
+        plan_send(p, a->sbuf, a->scount * al->ssize);
+        return;
+    }
+    if (a->type == ZCOPY_COLL_GATHER) {
+        hi = a->rcount * al->rsize * (size_t)n;
+    } else {
+        int64_t *displs = zcopy_ctl_vector(ctl, r, ctl->seq + 1, 0);
+        if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &lo, &hi,
+                           displs)) {
+            p->args.reason = REASON_LAYOUT;
+            return;
+        }
+    }
+    plan_recv(p, (const uint8_t *)a->rbuf + lo, hi - lo);
+    p->args.rbuf = (uintptr_t)a->rbuf;
+    if (a->sbuf == MPI_IN_PLACE)
+        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+    else
+        plan_send(p, a->sbuf, a->scount * al->ssize);
+}
+
+static void plan_scatter(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                         zcopy_ctl_t *ctl, zcopy_algo_t *al, coll_plan_t *p)
+{
+    const int n = zc->size, r = zc->rank;
+    size_t lo = 0, hi;
+
+    if (r != a->root) {
+        plan_recv(p, a->rbuf, a->rcount * al->rsize);
+        return;
+    }
+    if (a->type == ZCOPY_COLL_SCATTER) {
+        hi = a->scount * al->ssize * (size_t)n;
+    } else {
+        int64_t *displs = zcopy_ctl_vector(ctl, r, ctl->seq + 1, 0);
+        if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &lo, &hi,
+                           displs)) {
+            p->args.reason = REASON_LAYOUT;
+            return;
+        }
+    }
+    plan_send(p, (const uint8_t *)a->sbuf + lo, hi - lo);
+    p->args.sbuf = (uintptr_t)a->sbuf;
+    if (a->rbuf == MPI_IN_PLACE)
+        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+    else
+        plan_recv(p, a->rbuf, a->rcount * al->rsize);
+}
+
+static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                          zcopy_ctl_t *ctl, zcopy_algo_t *al, coll_plan_t *p)
+{
+    const int n = zc->size, r = zc->rank;
+    const bool in_place = a->sbuf == MPI_IN_PLACE;
+    size_t slo = 0, shi, rlo = 0, rhi;
+    uint64_t next = ctl->seq + 1;
+
+    if (in_place)
+        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+    if (a->type == ZCOPY_COLL_ALLTOALL) {
+        rhi = a->rcount * al->rsize * (size_t)n;
+        plan_recv(p, a->rbuf, rhi);
+        if (in_place)
+            plan_send(p, a->rbuf, rhi);
+        else
+            plan_send(p, a->sbuf, a->scount * al->ssize * (size_t)n);
+        return;
+    }
+    if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &rlo, &rhi,
+                       zcopy_ctl_vector(ctl, r, next, 1))) {
+        p->args.reason = REASON_LAYOUT;
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        zcopy_ctl_vector(ctl, r, next, 2)[j] = (int64_t)a->rcounts[j] *
+                                               (int64_t)al->rsize;
+    plan_recv(p, (const uint8_t *)a->rbuf + rlo, rhi - rlo);
+    p->args.rbuf = (uintptr_t)a->rbuf;
+    if (in_place) {
+        plan_send(p, (const uint8_t *)a->rbuf + rlo, rhi - rlo);
+        p->args.sbuf = (uintptr_t)a->rbuf;
+        return;
+    }
+    if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &slo, &shi,
+                       zcopy_ctl_vector(ctl, r, next, 0))) {
+        p->args.reason = REASON_LAYOUT;
+        return;
+    }
+    plan_send(p, (const uint8_t *)a->sbuf + slo, shi - slo);
+    p->args.sbuf = (uintptr_t)a->sbuf;
+}
+
+/* Fills @p with this rank's arguments and eligibility. */
+void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                      zcopy_algo_t *al, coll_plan_t *p)
+{
+    const bool rooted = a->type == ZCOPY_COLL_GATHER ||
+                        a->type == ZCOPY_COLL_GATHERV ||
+                        a->type == ZCOPY_COLL_SCATTER ||
+                        a->type == ZCOPY_COLL_SCATTERV;
+    const bool send_significant =
+        !rooted || a->type == ZCOPY_COLL_GATHER ||
+        a->type == ZCOPY_COLL_GATHERV || a->root == zc->rank;
+    const bool recv_significant =
+        !rooted || a->type == ZCOPY_COLL_SCATTER ||
+        a->type == ZCOPY_COLL_SCATTERV || a->root == zc->rank;
+
+    memset(p, 0, sizeof(*p));
+    if (a->type == ZCOPY_COLL_BARRIER)
+        return;
+    al->ssize = send_significant && a->sbuf != MPI_IN_PLACE ? zcopy_coll_type_size(zc, a->stype) : 1;
+    al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE ? zcopy_coll_type_size(zc, a->rtype) : 1;
+    if (al->ssize == 0 || al->rsize == 0) {
+        p->args.reason = REASON_DATATYPE;
+        return;
+    }
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+    case ZCOPY_COLL_REDUCE:
+    case ZCOPY_COLL_REDUCE_SCATTER:
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+        al->ssize = zcopy_coll_type_size(zc, a->stype);
+        if (al->ssize == 0) {
+            p->args.reason = REASON_DATATYPE;
+            return;
+        }
+        plan_reduction(zc, a, al, p);
+        break;
+    case ZCOPY_COLL_ALLGATHER:
+    case ZCOPY_COLL_ALLGATHERV:
+        plan_allgather(zc, a, al, p);
+        break;
+    case ZCOPY_COLL_BCAST:
+        plan_send(p, a->rbuf, a->rcount * al->rsize);
+        plan_recv(p, a->rbuf, a->rcount * al->rsize);
+        break;
+    case ZCOPY_COLL_GATHER:
+    case ZCOPY_COLL_GATHERV:
+        plan_gather(zc, a, al->ctl, al, p);
+        break;
+    case ZCOPY_COLL_SCATTER:
+    case ZCOPY_COLL_SCATTERV:
+        plan_scatter(zc, a, al->ctl, al, p);
+        break;
+    case ZCOPY_COLL_ALLTOALL:
+    case ZCOPY_COLL_ALLTOALLV:
+        plan_alltoall(zc, a, al->ctl, al, p);
+        break;
+    default:
+        break;
+    }
+    if (p->args.reason != REASON_NONE)
+        return;
+    if (!zcopy_registry_covers_cached(p->sbuf, p->slen, &zc->covers_cache))
+        p->args.reason = REASON_SEND_BUFFER;
+    else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))
+        p->args.reason = REASON_RECV_BUFFER;
+}
