@@ -256,6 +256,9 @@ ZCOPY_EXPORT int zcopy_mem_create(zcopy_mem_handle_t *handle, size_t size,
         return zcopy_error(ZCOPY_ERR_RANGE,
                            "create: size %zu is not a multiple of the "
                            "granularity %zu", size, gran);
+    if (size > (size_t)INT64_MAX) /* no file, hence no memfd, holds it */
+        return zcopy_error(ZCOPY_ERR_NOMEM,
+                           "create: %zu bytes is more than any memory", size);
 
     h = calloc(1, sizeof(*h));
     if (h == NULL)
