@@ -700,9 +700,12 @@ void fz_gen_set_range(fz_model_t *m, void **base, size_t *size,
 {
     uintptr_t va = pick_va(m);
 
-    /* Often a whole reservation, or its first pages. */
-    if (m->nresv && chance(m, 40)) {
+    /* Often a whole reservation, or its first pages; one without a range
+     * yet, when there is one. */
+    if (m->nresv && chance(m, 50)) {
         const fz_resv_t *r = &m->resv[fz_below(m, (unsigned)m->nresv)];
+        for (int i = 0; i < m->nresv && ranges_in(m, r); i++)
+            r = &m->resv[i];
         va = r->va;
         *size = chance(m, 50) ? r->size
                               : (1 + fz_below(m, (unsigned)(r->size / m->page))) *
@@ -874,9 +877,10 @@ void fz_step(fz_model_t *m)
         op_unset_range, op_activate, op_deactivate, op_covers,
         op_close_export,
     };
-    static const unsigned weights[FZ_NOPS] = {
+    static const unsigned default_weights[FZ_NOPS] = {
         8, 5, 9, 6, 14, 7, 3, 4, 2, 2, 8, 5, 16, 8, 6, 1,
     };
+    const unsigned *weights = m->be.weights ? m->be.weights : default_weights;
     unsigned total = 0, pick, op = 0;
 
     for (unsigned i = 0; i < FZ_NOPS; i++)

@@ -71,6 +71,7 @@ typedef struct {
     bool local_ranges;    /* set_range may be drawn as a local step */
     bool strict_maps;     /* no zcopy memory mapped outside the model:
                              false where peers' blocks are imported */
+    const unsigned *weights; /* of each FZ_OP_*, or NULL: the default mix */
 } fz_backend_t;
 
 typedef struct { uintptr_t va; size_t size; } fz_resv_t;
