@@ -118,6 +118,22 @@ static inline int rel_find_fd(const char *name, uint64_t *ino)
     return found;
 }
 
+/* Whether @path names a file in a directory other processes share. */
+static inline bool rel_in_shared_dir(const char *path)
+{
+    return strncmp(path, "/dev/shm/", 9) == 0 ||
+           strncmp(path, "/tmp/", 5) == 0 || strncmp(path, "/run/", 5) == 0;
+}
+
+/* Open MPI's own shared files: shared-memory BTL segments, its unlinked
+ * scratch file (/dev/shm/open_mpi.NNNN) and the session directory (PMIx's
+ * files are inside it). Not zcopy's to judge. */
+static inline bool rel_open_mpi_file(const char *path)
+{
+    return strstr(path, "/vader_segment.") || strstr(path, "/open_mpi.") ||
+           strstr(path, "/ompi.") || strstr(path, "pmix");
+}
+
 /* The job's identity as Open MPI names its files (vader_segment.<host>.
  * <uid hex>.<jobid hex>.<rank>) and the pid of the launcher (mpirun forks
  * the local ranks, and its session directory is named after its pid), for

@@ -1,8 +1,9 @@
 /*
  * Security (issue 7, 4; SPEC section 8). Every rank sets up zero-copy on
  * WORLD (an activated block, peers imported) and checks that everything
- * zcopy shares is an anonymous memfd of mode 0600: no name in any
- * filesystem, nothing for group or others even through a /proc link.
+ * zcopy shares is an anonymous memfd of mode 0600 (nothing for group or
+ * others even through a /proc link), and that the process holds no file
+ * in /dev/shm, /tmp or /run but Open MPI's own: zcopy names nothing.
  *
  * Rank 0 then starts rel_outsider (argv[1]) beside the job, against
  * itself, with a clean environment:
@@ -61,26 +62,26 @@ static void shared_state_is_private(void)
         if (e->d_name[0] == '.' || len < 0)
             continue;
         link[len] = '\0';
-        if (!strstr(link, "zcopy"))
+        ZT_CHECK(!rel_in_shared_dir(link) || rel_open_mpi_file(link),
+                 "fd %s is a shared file, and not Open MPI's: %s", e->d_name,
+                 link);
+        if (strncmp(link, "/memfd:zcopy", 12) != 0)
             continue;
         memfds++;
-        ZT_CHECK(strncmp(link, "/memfd:zcopy", 12) == 0,
-                 "fd %s of zcopy's is a named file: %s", e->d_name, link);
         check_mode(link, path);
     }
     if (d)
         closedir(d);
     while (f && fgets(line, sizeof(line), f)) {
+        const char *file = strchr(line, '/');
         unsigned long lo, hi;
 
-        if (!strstr(line, "zcopy") || strstr(line, "libzcopy") ||
-            strstr(line, "mca_coll_zcopy"))
-            continue;
-        mappings++;
-        if (!ZT_CHECK(strstr(line, " /memfd:zcopy") != NULL,
-                      "a zcopy mapping of a named file: %s", line) ||
+        ZT_CHECK(!file || !rel_in_shared_dir(file) || rel_open_mpi_file(file),
+                 "a mapping of a shared file, and not Open MPI's: %s", line);
+        if (!file || strncmp(file, "/memfd:zcopy", 12) != 0 ||
             sscanf(line, "%lx-%lx", &lo, &hi) != 2)
             continue;
+        mappings++;
         /* map_files: the mapped file itself (root may open it). */
         snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
         line[strcspn(line, "\n")] = '\0';
