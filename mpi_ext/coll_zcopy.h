@@ -24,6 +24,7 @@ typedef struct {
     int verbose;                  /* coll_zcopy_verbose */
     int virtual_servers;          /* coll_zcopy_virtual_servers */
     unsigned long small_msg;      /* coll_zcopy_small_msg */
+    int yield;                    /* coll_zcopy_yield */
 } mca_coll_zcopy_component_t;
 
 OMPI_MODULE_DECLSPEC extern mca_coll_zcopy_component_t mca_coll_zcopy_component;

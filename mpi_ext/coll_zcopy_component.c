@@ -31,6 +31,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .verbose = 0,
     .virtual_servers = 1,
     .small_msg = 16384,
+    .yield = 0,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -74,6 +75,12 @@ static int zcopy_register(void)
         "communicator and the server map, 20 every collective's decision, "
         "30 imports, mappings and control-plane steps",
         OPAL_INFO_LVL_9, &c->verbose);
+    zcopy_register_int("yield",
+        "How waits behave: 0 spin while every local rank has a core and "
+        "yield the processor when ranks outnumber cores (decided from "
+        "OMPI_COMM_WORLD_LOCAL_SIZE and the CPUs online), 1 always yield, "
+        "2 never yield",
+        OPAL_INFO_LVL_9, &c->yield);
     zcopy_register_int("virtual_servers",
         "Split each host into this many servers by local rank, so that one "
         "machine exercises the inter-server path (1: one server per host)",
@@ -91,6 +98,7 @@ static int zcopy_register(void)
                                ? c->verbose : zcopy_config.verbose;
     zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
     zcopy_config.small_msg = c->small_msg;
+    zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
 
     return mca_coll_zcopy_register_pvars();
 }
