@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "../common/proc.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -56,42 +57,7 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /* --- what the process holds ---------------------------------------------- */
 
-/* Mappings of zcopy device memory, own and imported. zcopy_mem_create's
- * memfds are named "zcopy", which /proc shows as "/memfd:zcopy (deleted)";
- * the control segment ("zcopy-ctl") and export tables ("zcopy-export")
- * have other names and are not counted. One block is one line: blocks are
- * distinct files, so the kernel never merges their mappings. */
-static int count_maps(const char *name)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    int n = 0;
-
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (strstr(line, name))
-            n++;
-    fclose(f);
-    return n;
-}
-
-static int block_maps(void) { return count_maps("/memfd:zcopy (deleted)"); }
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory stream's own fd */
-}
+static int block_maps(void) { return proc_count_maps("/memfd:zcopy (deleted)"); }
 
 /* Orders "every rank has done its local step" before what follows, through
  * a communicator zcopy is off on, so the ordering itself sweeps nothing:
@@ -274,7 +240,7 @@ static void test_remap(int fd0)
             ZT_CHECK(false, "cycle %d: %d zcopy memory mappings, expected %d "
                      "(own block + one per peer)", k, maps, nranks);
         release(res, h);
-        fds = count_fds();
+        fds = proc_count_fds();
         if (fds != fd0 && bad_fds++ == 0)
             ZT_CHECK(false, "cycle %d: %d fds after free, %d at start", k,
                      fds, fd0);
@@ -378,7 +344,7 @@ static void test_churn(int fd0)
     everyone_done();
     MPI_Barrier(other);
     maps = block_maps();
-    fds = count_fds();
+    fds = proc_count_fds();
     ZT_CHECK(maps == 1, "after churn: %d zcopy mappings, expected 1 (own, "
              "still mapped)", maps);
     ZT_CHECK(fds == fd0 + 1, "after churn: %d fds, expected %d (start + the "
@@ -489,7 +455,7 @@ int main(int argc, char **argv)
         MPI_Barrier(other);
         MPI_Barrier(quiet);
     }
-    fd0 = count_fds();
+    fd0 = proc_count_fds();
     maps = block_maps();
     ZT_CHECK(fd0 > 0 && maps == 0, "start: %d fds, %d zcopy mappings", fd0,
              maps);
@@ -506,9 +472,9 @@ int main(int argc, char **argv)
     MPI_Comm_free(&other);
     MPI_Comm_free(&quiet);
     MPI_Barrier(MPI_COMM_WORLD); /* the last collective */
-    fds = count_fds();
+    fds = proc_count_fds();
     maps = block_maps();
-    n = count_maps("/memfd:zcopy-ctl");
+    n = proc_count_maps("/memfd:zcopy-ctl");
     ZT_CHECK(fds == fd0, "end: %d fds, %d at start", fds, fd0);
     ZT_CHECK(maps == 0, "end: %d zcopy memory mappings remain", maps);
     ZT_CHECK(n == 1, "end: %d control segments mapped, expected 1 (WORLD's; "

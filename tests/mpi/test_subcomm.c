@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "../common/proc.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -264,36 +265,6 @@ static void run_suite(MPI_Comm comm, const char *name, int salt, bool zcopy)
 
 /* --- what the process holds ---------------------------------------------- */
 
-static int count_maps(const char *name)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    int n = 0;
-
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (strstr(line, name))
-            n++;
-    fclose(f);
-    return n;
-}
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory stream's own fd */
-}
-
 /* fds; control segments mapped (memfds "zcopy-ctl", one per communicator
  * zcopy runs on); device memory mapped (memfds "zcopy", own and imported). */
 typedef struct {
@@ -302,9 +273,9 @@ typedef struct {
 
 static footprint_t footprint(void)
 {
-    return (footprint_t){ .fds = count_fds(),
-                          .segments = count_maps("/memfd:zcopy-ctl"),
-                          .blocks = count_maps("/memfd:zcopy (deleted)") };
+    return (footprint_t){ .fds = proc_count_fds(),
+                          .segments = proc_count_maps("/memfd:zcopy-ctl"),
+                          .blocks = proc_count_maps("/memfd:zcopy (deleted)") };
 }
 
 /* @live: communicators other than WORLD that zcopy runs on at this rank.

@@ -257,7 +257,7 @@ static void test_create_rejects(void)
     zcopy_mem_handle_t sentinel = (zcopy_mem_handle_t)(uintptr_t)0x1234;
     zcopy_mem_handle_t h = sentinel;
     zcopy_mem_prop_t p = host;
-    int fds = unit_count_fds();
+    int fds = proc_count_fds();
 
     CHECK_ERR(zcopy_mem_create(NULL, page, &host, 0), ZCOPY_ERR_ARG, "NULL");
     CHECK_ERR(zcopy_mem_create(&h, page, NULL, 0), ZCOPY_ERR_ARG, "NULL");
@@ -283,7 +283,7 @@ static void test_create_rejects(void)
               "granularity 2097152");
 
     CHECK(h == sentinel);
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
     CHECK(unit_maps_count("memfd:zcopy") == 0);
 }
 
@@ -318,7 +318,7 @@ static void test_create_huge(void)
 {
     zcopy_mem_prop_t p = host;
     zcopy_mem_handle_t h = NULL;
-    int fds = unit_count_fds(), st;
+    int fds = proc_count_fds(), st;
     void *va = NULL;
 
     p.flags = ZCOPY_MEM_HUGE;
@@ -327,7 +327,7 @@ static void test_create_huge(void)
           st == ZCOPY_ERR_NOMEM || st == ZCOPY_ERR_SYSTEM);
     if (st != ZCOPY_SUCCESS) {
         CHECK(strlen(zcopy_mem_last_error()) > 0);
-        CHECK(unit_count_fds() == fds);
+        CHECK(proc_count_fds() == fds);
         return;
     }
     CHECK_OK(zcopy_mem_reserve(&va, 4 * MiB, 2 * MiB, NULL, 0));
@@ -340,7 +340,7 @@ static void test_create_huge(void)
     CHECK_OK(zcopy_mem_unmap(va));
     CHECK_OK(zcopy_mem_release(va));
     CHECK_OK(zcopy_mem_free(h));
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
 }
 
 static void test_free(void)
@@ -412,7 +412,7 @@ static void test_map_rejects(void)
 {
     map_fixture_t f = map_setup();
     void *stray = foreign_pages(2 * page);
-    int fds = unit_count_fds();
+    int fds = proc_count_fds();
 
     CHECK_ERR(zcopy_mem_map(stray, page, 0, f.h, 0), ZCOPY_ERR_NOT_FOUND,
               "not inside any reservation");
@@ -455,7 +455,7 @@ static void test_map_rejects(void)
     /* None of it left a trace: same data, same holes, same fds, and the
      * holes still take a valid mapping. */
     map_unchanged(&f);
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
     CHECK_OK(zcopy_mem_map(at(f.va, 2), 4 * page, 0, f.h, 0));
     CHECK(unit_has_pattern(at(f.va, 2), 2 * page, 6));
     CHECK_OK(zcopy_mem_unmap(at(f.va, 2)));
@@ -580,17 +580,17 @@ static void import_child(int fd, size_t size)
 static void test_export_import_fork(void)
 {
     const size_t size = 3 * page;
-    int fd = -1, status = -1, fds = unit_count_fds();
+    int fd = -1, status = -1, fds = proc_count_fds();
     zcopy_mem_handle_t h = create(size), h2 = NULL;
     void *va = reserve(size), *va2 = reserve(size);
     pid_t pid;
 
-    CHECK(unit_count_fds() == fds + 1);
+    CHECK(proc_count_fds() == fds + 1);
     CHECK_OK(zcopy_mem_map(va, size, 0, h, 0));
     unit_fill(va, size, 11);
     CHECK_OK(zcopy_mem_export(h, &fd));
     CHECK(fd >= 0);
-    CHECK(unit_count_fds() == fds + 2);
+    CHECK(proc_count_fds() == fds + 2);
 
     fflush(stdout);
     fflush(stderr);
@@ -617,7 +617,7 @@ static void test_export_import_fork(void)
     CHECK_OK(zcopy_mem_free(h));
     CHECK_OK(zcopy_mem_release(va));
     CHECK_OK(zcopy_mem_release(va2));
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
 }
 
 static void test_export_rejects(void)
@@ -647,7 +647,7 @@ static void test_import_rejects(void)
     CHECK(empty >= 0);
     closed = dup(devnull);
     close(closed);
-    fds = unit_count_fds();
+    fds = proc_count_fds();
 
     CHECK_ERR(zcopy_mem_import(devnull, NULL), ZCOPY_ERR_ARG, "NULL");
     CHECK_ERR(zcopy_mem_import(-1, &h), ZCOPY_ERR_ARG, "not an open file");
@@ -660,7 +660,7 @@ static void test_import_rejects(void)
               "not exported zcopy memory");
     CHECK_ERR(zcopy_mem_import(empty, &h), ZCOPY_ERR_ARG, "holds no memory");
     CHECK(h == sentinel);
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
 
     close(devnull);
     close(pipefd[0]);
@@ -686,23 +686,23 @@ static void test_fd_hygiene(void)
 {
     void *va = reserve(2 * page);
     zcopy_mem_handle_t h = NULL;
-    int fds = unit_count_fds(), fd = -1;
+    int fds = proc_count_fds(), fd = -1;
 
     /* The memfd is the only fd a handle holds, and free closes it. */
     CHECK_OK(zcopy_mem_create(&h, 2 * page, &host, 0));
-    CHECK(unit_count_fds() == fds + 1);
+    CHECK(proc_count_fds() == fds + 1);
     CHECK_OK(zcopy_mem_map(va, 2 * page, 0, h, 0));
     CHECK_OK(zcopy_mem_unmap(va));
     CHECK_OK(zcopy_mem_export(h, &fd));
-    CHECK(unit_count_fds() == fds + 2);
+    CHECK(proc_count_fds() == fds + 2);
     CHECK_OK(zcopy_mem_free(h));
     /* The exported fd is the caller's: it outlives the handle. */
-    CHECK(unit_count_fds() == fds + 1);
+    CHECK(proc_count_fds() == fds + 1);
     CHECK(close(fd) == 0);
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
 
     one_cycle(va, 2 * page, 13);
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
     CHECK(unit_range_reserved(va, 2 * page));
     CHECK_OK(zcopy_mem_release(va));
 }
@@ -718,12 +718,12 @@ static void test_many_cycles(void)
     /* Warm up: the allocator may map its arenas on first use. */
     for (unsigned i = 0; i < 8; i++)
         one_cycle(va, size, i);
-    fds = unit_count_fds();
+    fds = proc_count_fds();
     maps = unit_maps_lines();
     for (unsigned i = 0; i < 1000 && unit_failed == failed; i++)
         one_cycle(va, size, i);
 
-    CHECK(unit_count_fds() == fds);
+    CHECK(proc_count_fds() == fds);
     CHECK(unit_maps_count("memfd:zcopy") == 0);
     CHECK(unit_range_reserved(va, size));
     /* A leak per cycle would show as ~1000 lines. A few lines of slack for

@@ -31,6 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/proc.h"
+
 static unsigned long unit_passed, unit_failed;
 
 static inline bool unit_check(bool ok, const char *file, int line,
@@ -94,22 +96,6 @@ static inline int unit_finish(void)
 
 /* --- the process seen from /proc ------------------------------------------ */
 
-/* Open file descriptors (the directory stream's own fd is counted on every
- * call alike, so counts compare). */
-static inline int unit_count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
 
 /* /proc/self/maps read in one go into a static buffer (no malloc, so reading
  * it does not itself add a mapping); NULL if it does not fit. */
