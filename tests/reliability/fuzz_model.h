@@ -121,6 +121,7 @@ typedef struct {
     int fd_pipe, fd_file, fd_odd, fd_empty, fd_plain, fd_closed;
     unsigned long step;
     char desc[320];               /* the call being made, for messages */
+    char history[8][400];         /* the calls before it, for messages */
     unsigned long calls[FZ_NOPS], oks[FZ_NOPS];
     bool last_ok;                 /* outcome of the last verified call */
     unsigned long codes[16];      /* outcomes seen, by -code */
