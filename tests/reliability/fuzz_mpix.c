@@ -345,7 +345,7 @@ int main(int argc, char **argv)
     fz_teardown(m);
     MPI_Barrier(quiet);
     MPI_Barrier(MPI_COMM_WORLD);
-    left = rel_count_maps(REL_MEM);
+    left = proc_count_maps(REL_MEM);
     if (left != 0)
         fz_fail(m, "after teardown and a collective, %d zcopy memory "
                 "mappings remain", left);

@@ -1,6 +1,6 @@
 /*
- * What the reliability tests look at from outside zcopy's API: the
- * process's file descriptors and mappings as /proc shows them, and the
+ * What the reliability tests look at from outside zcopy's API, beyond
+ * tests/common/proc.h: descriptors by what they are, shared files, and the
  * identity of the job for the wrapper script (jobcheck.sh).
  *
  * zcopy's memfds are named so that /proc tells them apart:
@@ -12,6 +12,8 @@
  */
 #ifndef ZCOPY_RELUTIL_H
 #define ZCOPY_RELUTIL_H
+
+#include "../common/proc.h" /* proc_count_fds, proc_count_maps */
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -26,22 +28,6 @@
 #define REL_MEM "/memfd:zcopy (deleted)"
 #define REL_EXPORT "/memfd:zcopy-export (deleted)"
 #define REL_CTL "/memfd:zcopy-ctl (deleted)"
-
-/* Open file descriptors, not counting the directory stream's own. */
-static inline int rel_count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1;
-}
 
 /* Descriptors whose /proc link contains @text ("anon_inode:[pidfd]"). */
 static inline int rel_count_fd_links(const char *text)
@@ -69,23 +55,8 @@ static inline int rel_count_fd_links(const char *text)
     return n;
 }
 
-/* Lines of /proc/self/maps containing @text (NULL: every line). Read with
- * stdio into a stack buffer line by line; stdio's own buffer is malloc'ed
- * below the mmap threshold, so reading adds no mapping. */
-static inline int rel_count_maps(const char *text)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    int n = 0;
-
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (text == NULL || strstr(line, text))
-            n++;
-    fclose(f);
-    return n;
-}
+/* Every line of /proc/self/maps. */
+static inline int rel_count_mappings(void) { return proc_count_maps(""); }
 
 /* The fd of this process whose link is exactly @name (e.g. REL_EXPORT),
  * and its inode; -1 if none. The first one found. */

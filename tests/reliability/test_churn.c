@@ -186,14 +186,14 @@ int main(int argc, char **argv)
      * later step must return to. */
     ZT_CHECK(allreduce_ok(MPI_COMM_WORLD, send, recv, 1),
              "warm-up allreduce wrong or not zero-copy");
-    fd0 = rel_count_fds();
-    maps0 = rel_count_maps(NULL);
+    fd0 = proc_count_fds();
+    maps0 = rel_count_mappings();
 
     churn(res + arena_bytes, slot_bytes, recv);
     ZT_CHECK(allreduce_ok(MPI_COMM_WORLD, send, recv, 2),
              "allreduce after the churn wrong or not zero-copy");
-    fds = rel_count_fds();
-    maps = rel_count_maps(NULL);
+    fds = proc_count_fds();
+    maps = rel_count_mappings();
     ZT_CHECK(fds == fd0 && maps == maps0,
              "after %d activation cycles: %d fds and %d mappings, %d and %d "
              "before", CYCLES, fds, maps, fd0, maps0);
@@ -201,8 +201,8 @@ int main(int argc, char **argv)
     many_comms(send, recv);
     ZT_CHECK(allreduce_ok(MPI_COMM_WORLD, send, recv, 3),
              "allreduce after the communicators wrong or not zero-copy");
-    fds = rel_count_fds();
-    maps = rel_count_maps(NULL);
+    fds = proc_count_fds();
+    maps = rel_count_mappings();
     ZT_CHECK(fds == fd0 && maps == maps0,
              "after %d communicators: %d fds and %d mappings, %d and %d "
              "before", NCOMMS, fds, maps, fd0, maps0);

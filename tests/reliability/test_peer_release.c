@@ -42,9 +42,9 @@ typedef struct {
 static held_t held(void)
 {
     return (held_t){ .pidfds = rel_count_fd_links("anon_inode:[pidfd]"),
-                     .tables = rel_count_maps(REL_EXPORT),
-                     .blocks = rel_count_maps(REL_MEM),
-                     .ctls = rel_count_maps(REL_CTL) };
+                     .tables = proc_count_maps(REL_EXPORT),
+                     .blocks = proc_count_maps(REL_MEM),
+                     .ctls = proc_count_maps(REL_CTL) };
 }
 
 /* Checks what this rank holds once every rank has reached this point:
@@ -122,7 +122,7 @@ int main(int argc, char **argv)
     recv = send + COUNT;
     /* No communicator has set up zero-copy yet: no table, no peer. */
     expect("start", 0, 0, 0);
-    ZT_CHECK(rel_count_maps(REL_EXPORT) == 0, "an export table before any "
+    ZT_CHECK(proc_count_maps(REL_EXPORT) == 0, "an export table before any "
              "communicator set up zero-copy");
 
     MPI_Comm_split(quiet, rank / 2, rank, &pair);
