@@ -29,6 +29,7 @@ typedef struct {
 
 struct zcopy_ipc_peer {
     pid_t pid;
+    uint64_t table_ino;               /* with pid, names the process */
     int pidfd;                        /* -1 while dormant */
     unsigned refs;                    /* communicators using the peer */
     int watch;                        /* index in watches, or -1 */
@@ -311,6 +312,7 @@ static zcopy_status_t peer_open(const zcopy_ipc_id_t *id,
     if (peer == NULL)
         return zcopy_error(ZCOPY_ERR_NOMEM, "peer: out of memory");
     peer->pid = id->pid;
+    peer->table_ino = id->table_ino;
     peer->watch = -1;
     peer->seen_seq = UINT64_MAX;
     peer->entries = malloc(ZCOPY_IPC_MAX_BLOCKS * sizeof(*peer->entries));
@@ -388,7 +390,11 @@ zcopy_status_t zcopy_ipc_peer_get(const zcopy_ipc_id_t *id,
     zcopy_status_t st;
 
     pthread_mutex_lock(&peers.lock);
-    for (peer = peers.head; peer && peer->pid != id->pid; peer = peer->next)
+    /* A reused pid is another process, with another table: a dormant peer
+     * of the old one stays as it is and a new one is opened. */
+    for (peer = peers.head;
+         peer && (peer->pid != id->pid || peer->table_ino != id->table_ino);
+         peer = peer->next)
         ;
     if (peer != NULL) {
         st = peer_wake(peer);
