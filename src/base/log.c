@@ -37,6 +37,8 @@ void zcopy_log_emit(int level, const char *subsys, const char *file, int line,
     if (level <= ZCOPY_LOG_WARN)
         fprintf(stderr, "[zcopy:%d] %s %s: %s\n", (int)getpid(), subsys,
                 level == ZCOPY_LOG_ERROR ? "error" : "warning", msg);
+    else if (level <= ZCOPY_LOG_INFO) /* for users: no source positions */
+        fprintf(stderr, "[zcopy:%d] %s: %s\n", (int)getpid(), subsys, msg);
     else
         fprintf(stderr, "[zcopy:%d] %s: %s (%s:%d)\n", (int)getpid(), subsys,
                 msg, file, line);

@@ -92,6 +92,12 @@ static inline int rel_find_fd(const char *name, uint64_t *ino)
 /* Whether @path names a file in a directory other processes share. */
 static inline bool rel_in_shared_dir(const char *path)
 {
+#ifdef REL_BINARY_DIR
+    /* The test's own executables and libraries, wherever the tree is. */
+    if (strncmp(path, REL_BINARY_DIR, strlen(REL_BINARY_DIR)) == 0 ||
+        strncmp(path, REL_SOURCE_DIR, strlen(REL_SOURCE_DIR)) == 0)
+        return false;
+#endif
     return strncmp(path, "/dev/shm/", 9) == 0 ||
            strncmp(path, "/tmp/", 5) == 0 || strncmp(path, "/run/", 5) == 0;
 }
