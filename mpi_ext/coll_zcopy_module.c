@@ -281,8 +281,8 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
     do {                                                                     \
         if (comm->c_coll->coll_##_name == NULL ||                            \
             comm->c_coll->coll_##_name##_module == NULL) {                   \
-            opal_output_verbose(10, 0, "coll/zcopy: no previous " #_name     \
-                                " on %s; disabled there", comm->c_name);     \
+            zcopy_log(ZCOPY_LOG_INFO, "component", "no previous " #_name     \
+                      " on %s; disabled there", comm->c_name);               \
             return OMPI_ERROR;                                               \
         }                                                                    \
         m->prev._name = comm->c_coll->coll_##_name;                          \
@@ -297,8 +297,8 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
     if (zcopy_comm_create(comm, ompi_comm_rank(comm), ompi_comm_size(comm),
                           &ops, &m->zcomm) != ZCOPY_SUCCESS)
         return OMPI_ERR_OUT_OF_RESOURCE;
-    opal_output_verbose(10, 0, "coll/zcopy: enabled on %s (%d ranks)",
-                        comm->c_name, ompi_comm_size(comm));
+    zcopy_log(ZCOPY_LOG_DEBUG, "component", "enabled on %s (%d ranks)",
+              comm->c_name, ompi_comm_size(comm));
     return OMPI_SUCCESS;
 }
 
@@ -358,8 +358,8 @@ mca_coll_base_module_t *mca_coll_zcopy_comm_query(ompi_communicator_t *comm,
         mca_coll_zcopy_component.priority <= 0)
         return NULL;
     if (zcopy_comm_opted_out(comm)) {
-        opal_output_verbose(10, 0, "coll/zcopy: %s opted out (mpix_zcopy)",
-                            comm->c_name);
+        zcopy_log(ZCOPY_LOG_INFO, "component", "%s opted out (mpix_zcopy)",
+                  comm->c_name);
         return NULL;
     }
     m = OBJ_NEW(mca_coll_zcopy_module_t);

@@ -44,11 +44,15 @@ ZCOPY_EXPORT int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base,
     static const char call[] = "MPIX_Comm_set_memory_range";
     zcopy_status_t st;
     char detail[160];
-    int first, rc;
+    int first, rc, inter = 0;
 
     if (comm_is_null(comm))
         return zcopy_mpi_raise(comm, MPI_ERR_COMM, call,
                                "communicator is MPI_COMM_NULL");
+    if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+        return zcopy_mpi_raise(comm, MPI_ERR_COMM, call,
+                               "an intercommunicator: set ranges on an "
+                               "intracommunicator");
     if (alignment != 0 || flags != 0)
         st = zcopy_error(ZCOPY_ERR_ARG,
                          "alignment (%zu) and flags (0x%llx) must be 0",
@@ -57,8 +61,11 @@ ZCOPY_EXPORT int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base,
         st = zcopy_registry_set_range((uintptr_t)base, size);
 
     rc = agree_first_failure(comm, st != ZCOPY_SUCCESS, &first);
-    if (rc != MPI_SUCCESS)
+    if (rc != MPI_SUCCESS) {
+        if (st == ZCOPY_SUCCESS) /* unknown outcome elsewhere: undo */
+            zcopy_registry_unset_range((uintptr_t)base);
         return rc;
+    }
     if (st != ZCOPY_SUCCESS)
         return raise_status(comm, call, st);
     if (first >= 0) {
@@ -105,12 +112,14 @@ ZCOPY_EXPORT int MPIX_Comm_activate_memory(MPI_Comm comm, void *va,
     if (st != ZCOPY_SUCCESS)
         return raise_status(comm, call, st);
     /* Peers learn of the block from the export table; if it cannot be
-     * published the activation is undone, so a failed call changes nothing. */
+     * published (too many blocks) the activation is undone and the table
+     * published again, so a failed call changes nothing. */
     st = zcopy_ipc_export_refresh();
     if (st != ZCOPY_SUCCESS) {
         char cause[256];
         snprintf(cause, sizeof(cause), "%s", zcopy_error_detail());
         zcopy_registry_deactivate((uintptr_t)va);
+        zcopy_ipc_export_refresh();
         zcopy_error(st, "%s", cause);
         return raise_status(comm, call, st);
     }
@@ -128,10 +137,10 @@ ZCOPY_EXPORT int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va)
     st = zcopy_registry_deactivate((uintptr_t)va);
     if (st != ZCOPY_SUCCESS)
         return raise_status(comm, call, st);
-    /* From here on peers drop their import at their next collective. */
-    return zcopy_ipc_export_refresh() == ZCOPY_SUCCESS
-               ? MPI_SUCCESS
-               : raise_status(comm, call, ZCOPY_ERR_INTERNAL);
+    /* From here on peers drop their import at their next collective. With
+     * one block fewer, publishing cannot fail. */
+    zcopy_ipc_export_refresh();
+    return MPI_SUCCESS;
 }
 
 ZCOPY_EXPORT int MPIX_Zcopy_query(MPI_Comm comm, const void *buf, size_t size,

@@ -25,7 +25,7 @@ __attribute__((constructor)) void zcopy_config_from_env(void)
     zcopy_config.verbose = env_int("ZCOPY_VERBOSE", zcopy_config.verbose);
 }
 
-void zcopy_log_emit(int level, const char *subsys, const char *file, int line,
+ZCOPY_COMPONENT_API void zcopy_log_emit(int level, const char *subsys, const char *file, int line,
                     const char *fmt, ...)
 {
     char msg[512];

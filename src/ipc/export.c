@@ -20,6 +20,7 @@ static struct {
     int fd;
     uint64_t ino;
     zcopy_ipc_table_t *table;
+    zcopy_block_t snapshot[ZCOPY_IPC_MAX_BLOCKS + 1]; /* refresh's scratch */
 } exported = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
 uint64_t zcopy_ipc_job_id(void)
@@ -86,22 +87,23 @@ zcopy_status_t zcopy_ipc_local_id(zcopy_ipc_id_t *id)
 
 zcopy_status_t zcopy_ipc_export_refresh(void)
 {
-    zcopy_block_t *blocks;
+    zcopy_block_t *blocks = exported.snapshot;
+    zcopy_status_t st = ZCOPY_SUCCESS;
     zcopy_ipc_table_t *t;
     uint64_t epoch;
     size_t n;
 
-    blocks = malloc(sizeof(*blocks) * (ZCOPY_IPC_MAX_BLOCKS + 1));
-    if (blocks == NULL)
-        return zcopy_error(ZCOPY_ERR_NOMEM, "export table: out of memory");
+    /* Snapshot and publication under one lock: two threads changing the
+     * registry at once must publish in the order they took snapshots, or
+     * an older table could overwrite a newer one. */
+    pthread_mutex_lock(&exported.lock);
     n = zcopy_registry_snapshot(blocks, ZCOPY_IPC_MAX_BLOCKS + 1, &epoch);
     if (n > ZCOPY_IPC_MAX_BLOCKS) {
-        free(blocks);
-        return zcopy_error(ZCOPY_ERR_NOMEM,
-                           "more than %d activated blocks in one process",
-                           ZCOPY_IPC_MAX_BLOCKS);
+        st = zcopy_error(ZCOPY_ERR_NOMEM,
+                         "more than %d activated blocks in one process",
+                         ZCOPY_IPC_MAX_BLOCKS);
+        goto out;
     }
-    pthread_mutex_lock(&exported.lock);
     t = exported.table;
     if (t == NULL) /* no communicator has asked for peers yet */
         goto out;
@@ -122,6 +124,5 @@ zcopy_status_t zcopy_ipc_export_refresh(void)
     atomic_fetch_add_explicit(&t->seq, 1, memory_order_release);
 out:
     pthread_mutex_unlock(&exported.lock);
-    free(blocks);
-    return ZCOPY_SUCCESS;
+    return st;
 }
