@@ -18,6 +18,12 @@
  * the result is copied out to the peers. */
 #define ZCOPY_REDUCE_CHUNK (32u << 10)
 
+/* Elements per step: at least one, however large the datatype. */
+static size_t chunk_elems(size_t elem)
+{
+    return elem >= ZCOPY_REDUCE_CHUNK ? 1 : ZCOPY_REDUCE_CHUNK / elem;
+}
+
 static int gcd(int a, int b)
 {
     while (b) {
@@ -83,7 +89,7 @@ static void allreduce_replicated(zcopy_algo_t *al, uint8_t *const *ins,
 static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,
                              uint8_t *const *outs, size_t count)
 {
-    const size_t e = al->ssize, chunk = ZCOPY_REDUCE_CHUNK / e;
+    const size_t e = al->ssize, chunk = chunk_elems(e);
     const int n = al->nranks, r = al->rank;
     size_t lo, hi;
 
@@ -119,7 +125,7 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
     uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
-    size_t lo, hi, chunk = ZCOPY_REDUCE_CHUNK / e;
+    size_t lo, hi, chunk = chunk_elems(e);
 
     if (count == 0 || !map_all(al, true, bytes, ins))
         goto out;
@@ -167,9 +173,9 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
     own = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[r] : a->rcount;
     dst = in_place ? (uint8_t *)a->rbuf + displ * e : (uint8_t *)a->rbuf;
     if (own > 0 && map_all(al, true, total * e, ins)) {
-        for (size_t at = 0; at < own && !al->failed; at += ZCOPY_REDUCE_CHUNK / e) {
-            size_t len = own - at < ZCOPY_REDUCE_CHUNK / e ? own - at
-                                                          : ZCOPY_REDUCE_CHUNK / e;
+        const size_t chunk = chunk_elems(e);
+        for (size_t at = 0; at < own && !al->failed; at += chunk) {
+            size_t len = own - at < chunk ? own - at : chunk;
             reduce_step(al, dst + at * e, ins, r, (displ + at) * e, len);
         }
     }
