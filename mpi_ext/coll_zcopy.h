@@ -49,7 +49,8 @@ typedef struct {
     mca_coll_base_module_t super;
     ompi_communicator_t *comm;
     mca_coll_zcopy_prev_t prev;
-    zcopy_comm_t *zcomm;          /* libzcopy's state for this communicator */
+    zcopy_comm_t *zcomm;          /* libzcopy's state; NULL when opted out */
+    bool opted_out;               /* info key mpix_zcopy=false */
 } mca_coll_zcopy_module_t;
 
 OBJ_CLASS_DECLARATION(mca_coll_zcopy_module_t);

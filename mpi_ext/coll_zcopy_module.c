@@ -59,6 +59,10 @@ static int zcopy_route(mca_coll_zcopy_module_t *m, const zcopy_coll_args_t *a)
 
     if (zcopy_internal_active())
         return ZCOPY_FALLBACK;
+    if (m->zcomm == NULL) { /* opted out: forward, uncounted */
+        zcopy_coll_passthrough();
+        return ZCOPY_FALLBACK;
+    }
     st = zcopy_coll_run(m->zcomm, a);
     if (st == ZCOPY_SUCCESS || st == ZCOPY_FALLBACK)
         return st;
@@ -294,6 +298,8 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
 #undef ZCOPY_SAVE
 
     m->comm = comm;
+    if (m->opted_out)
+        return OMPI_SUCCESS;
     if (zcopy_comm_create(comm, ompi_comm_rank(comm), ompi_comm_size(comm),
                           &ops, &m->zcomm) != ZCOPY_SUCCESS)
         return OMPI_ERR_OUT_OF_RESOURCE;
@@ -317,6 +323,7 @@ static void zcopy_module_construct(mca_coll_zcopy_module_t *m)
     memset(&m->prev, 0, sizeof(m->prev));
     m->comm = NULL;
     m->zcomm = NULL;
+    m->opted_out = false;
 }
 
 static void zcopy_module_destruct(mca_coll_zcopy_module_t *m)
@@ -357,14 +364,16 @@ mca_coll_base_module_t *mca_coll_zcopy_comm_query(ompi_communicator_t *comm,
     if (OMPI_COMM_IS_INTER(comm) || ompi_comm_size(comm) < 2 ||
         mca_coll_zcopy_component.priority <= 0)
         return NULL;
-    if (zcopy_comm_opted_out(comm)) {
-        zcopy_log(ZCOPY_LOG_INFO, "component", "%s opted out (mpix_zcopy)",
-                  comm->c_name);
-        return NULL;
-    }
     m = OBJ_NEW(mca_coll_zcopy_module_t);
     if (m == NULL)
         return NULL;
+    /* An opted-out communicator still gets a module, one that only
+     * forwards: its collectives must release peers' freed pages too (SPEC
+     * section 3), and it counts nothing and sets nothing up. */
+    m->opted_out = zcopy_comm_opted_out(comm);
+    if (m->opted_out)
+        zcopy_log(ZCOPY_LOG_INFO, "component", "%s opted out (mpix_zcopy)",
+                  comm->c_name);
     *priority = mca_coll_zcopy_component.priority;
     m->super.coll_module_enable = zcopy_module_enable;
     m->super.coll_module_disable = zcopy_module_disable;

@@ -89,6 +89,11 @@ static int first_ineligible(const zcopy_algo_t *al)
     return -1;
 }
 
+ZCOPY_COMPONENT_API void zcopy_coll_passthrough(void)
+{
+    zcopy_ipc_sweep();
+}
+
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a)
 {

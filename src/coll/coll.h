@@ -48,4 +48,8 @@ typedef struct {
 
 zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
 
+/* What a collective on an opted-out communicator still owes: releasing
+ * peers' deactivated blocks (SPEC section 3). */
+void zcopy_coll_passthrough(void);
+
 #endif
