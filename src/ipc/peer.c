@@ -197,8 +197,12 @@ static void import_drop(zcopy_ipc_peer_t *peer, size_t index)
     ipc_import_t *imp = &peer->imports[index];
     ipc_mirror_t *m = imp->mirror;
 
-    /* Back to a hole in the mirror: the peer's pages are released here. */
-    mmap(m->local + (imp->va - m->base), imp->size, PROT_NONE, flags, -1, 0);
+    /* Back to a hole in the mirror: the peer's pages are released here.
+     * Should the kernel refuse the new mapping (mapping-count limit), the
+     * pages must go anyway: unmap, leaving a gap in the reservation. */
+    if (mmap(m->local + (imp->va - m->base), imp->size, PROT_NONE, flags, -1,
+             0) == MAP_FAILED)
+        munmap(m->local + (imp->va - m->base), imp->size);
     m->nimports--;
     memmove(imp, imp + 1, (peer->nimports - index - 1) * sizeof(*imp));
     peer->nimports--;
@@ -230,18 +234,26 @@ static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
     void *p;
     int fd;
 
+    zcopy_status_t st;
+
     ZCOPY_CHECK(mirror_get(peer, e->range_base, e->range_size, &m));
     grown = realloc(peer->imports, (peer->nimports + 1) * sizeof(*grown));
-    if (grown == NULL)
-        return zcopy_error(ZCOPY_ERR_NOMEM, "import: out of memory");
+    if (grown == NULL) {
+        st = zcopy_error(ZCOPY_ERR_NOMEM, "import: out of memory");
+        goto err_mirror;
+    }
     peer->imports = grown;
-    ZCOPY_CHECK(fetch_fd(peer->pidfd, peer->pid, e->fd, e->ino, &fd));
+    st = fetch_fd(peer->pidfd, peer->pid, e->fd, e->ino, &fd);
+    if (st != ZCOPY_SUCCESS)
+        goto err_mirror;
     p = mmap(m->local + (e->va - e->range_base), e->size,
              PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)e->offset);
     close(fd); /* the mapping keeps the pages */
-    if (p == MAP_FAILED)
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "mapping a block of %d: %s",
-                           (int)peer->pid, strerror(errno));
+    if (p == MAP_FAILED) {
+        st = zcopy_error(ZCOPY_ERR_SYSTEM, "mapping a block of %d: %s",
+                         (int)peer->pid, strerror(errno));
+        goto err_mirror;
+    }
     at = import_lower_bound(peer, e->va);
     memmove(&peer->imports[at + 1], &peer->imports[at],
             (peer->nimports - at) * sizeof(*peer->imports));
@@ -254,6 +266,16 @@ static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
               (void *)(uintptr_t)e->va, (unsigned long long)e->size,
               (unsigned long long)e->generation, (int)peer->pid);
     return ZCOPY_SUCCESS;
+
+err_mirror:
+    /* A mirror made for this block alone must not outlive the failure. */
+    for (size_t k = 0; m->nimports == 0 && k < peer->nmirrors; k++) {
+        if (peer->mirrors[k] == m) {
+            mirror_release(peer, k);
+            break;
+        }
+    }
+    return st;
 }
 
 /* Brings imports in line with the owner's table when it has changed. */
