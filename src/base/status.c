@@ -8,7 +8,8 @@
  * read back by the same thread right after the call returns. */
 static _Thread_local char error_detail[256];
 
-zcopy_status_t zcopy_error(zcopy_status_t status, const char *fmt, ...)
+ZCOPY_COMPONENT_API zcopy_status_t zcopy_error(zcopy_status_t status,
+                                               const char *fmt, ...)
 {
     char detail[sizeof(error_detail)];
     va_list ap;
