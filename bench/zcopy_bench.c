@@ -190,7 +190,8 @@ typedef struct {
     int root;
     int iters, warmup;
     bool in_place, check, vary, progress, corrupt;
-    bool activated;               /* --buffers activated (else malloc) */
+    bool activated;               /* --buffers activated or huge (else malloc) */
+    bool huge;                    /* --buffers huge: 2 MiB pages */
     const char *csv_path, *json_path;
 } options_t;
 
@@ -635,7 +636,9 @@ static void usage(FILE *f)
 "      --vary             new input values every iteration (written outside\n"
 "                         the timed region)\n"
 "      --buffers KIND     activated: one zcopy arena, reserved, range-set,\n"
-"                         mapped and activated on MPI_COMM_WORLD; malloc:\n"
+"                         mapped and activated on MPI_COMM_WORLD; huge: the\n"
+"                         same on 2 MiB pages (ZCOPY_MEM_HUGE, needs\n"
+"                         /proc/sys/vm/nr_hugepages); malloc:\n"
 "                         aligned_alloc [activated]\n"
 "      --csv FILE         also write the rows as CSV\n"
 "      --json FILE        also write the rows as JSON\n"
@@ -786,9 +789,11 @@ static const char *apply_option(options_t *o, int c, const char *arg,
     case OPT_CHECK: o->check = true; return NULL;
     case OPT_VARY: o->vary = true; return NULL;
     case OPT_BUFFERS:
-        if (strcmp(arg, "activated") && strcmp(arg, "malloc"))
-            return "--buffers is activated or malloc";
-        o->activated = strcmp(arg, "activated") == 0;
+        if (strcmp(arg, "activated") && strcmp(arg, "huge") &&
+            strcmp(arg, "malloc"))
+            return "--buffers is activated, huge or malloc";
+        o->activated = strcmp(arg, "malloc") != 0;
+        o->huge = strcmp(arg, "huge") == 0;
         return NULL;
     case OPT_CSV: o->csv_path = arg; return NULL;
     case OPT_JSON: o->json_path = arg; return NULL;
@@ -878,14 +883,15 @@ static size_t round_up(size_t v, size_t to)
 
 /* One arena holds the send buffer, then the receive buffer: reserve, set
  * the range on MPI_COMM_WORLD (collective), create, map, activate. */
-static void arena_init(buffers_t *b, size_t half)
+static void arena_init(buffers_t *b, size_t half, bool huge)
 {
-    const zcopy_mem_prop_t prop = { .kind = ZCOPY_MEM_HOST, .device = -1 };
+    const zcopy_mem_prop_t prop = { .kind = ZCOPY_MEM_HOST, .device = -1,
+                                    .flags = huge ? ZCOPY_MEM_HUGE : 0 };
     size_t gran;
 
     check_mem(zcopy_mem_granularity(&prop, &gran), "zcopy_mem_granularity");
     b->size = round_up(2 * half, gran);
-    check_mem(zcopy_mem_reserve(&b->base, b->size, 0, NULL, 0),
+    check_mem(zcopy_mem_reserve(&b->base, b->size, gran, NULL, 0),
               "zcopy_mem_reserve");
     check_mpi(MPIX_Comm_set_memory_range(MPI_COMM_WORLD, b->base, b->size, 0,
                                          0), "MPIX_Comm_set_memory_range");
@@ -911,14 +917,15 @@ static void arena_fini(buffers_t *b)
     check_mem(zcopy_mem_release(b->base), "zcopy_mem_release");
 }
 
-static void buffers_init(buffers_t *b, bool activated, size_t max_bytes)
+static void buffers_init(buffers_t *b, bool activated, bool huge,
+                         size_t max_bytes)
 {
     const size_t page = 4096;
     size_t half = round_up(max_bytes ? max_bytes : 1, page);
 
     b->activated = activated;
     if (activated) {
-        arena_init(b, half);
+        arena_init(b, half, huge);
     } else {
         b->send = aligned_alloc(page, half);
         b->recv = aligned_alloc(page, half);
@@ -1366,7 +1373,7 @@ int main(int argc, char **argv)
     /* Report MPI failures with their message instead of aborting blind. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     b.ctl = control_comm();
-    buffers_init(&b.buffers, o.activated, o.max_bytes);
+    buffers_init(&b.buffers, o.activated, o.huge, o.max_bytes);
     if (b.rank == 0) {
         print_header(&o, b.nranks, &b.buffers);
         sinks_open(&b.sinks, &o, b.nranks);
