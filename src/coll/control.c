@@ -140,7 +140,8 @@ static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
     if (ctl->rank != 0)
         ZCOPY_CHECK(zcopy_ipc_fetch_fd(all[0].ipc.pid, all[0].segment_fd,
                                        all[0].segment_ino, &fd));
-    p = mmap(NULL, ctl->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = mmap(NULL, ctl->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+             0);
     if (ctl->rank != 0)
         close(fd);
     if (p == MAP_FAILED)

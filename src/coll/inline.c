@@ -88,7 +88,8 @@ static const void *inline_source(const zcopy_comm_t *zc,
 }
 
 /* Delivers the payloads of @lines into this rank's output. */
-static zcopy_status_t inline_deliver(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+static zcopy_status_t inline_deliver(zcopy_comm_t *zc,
+                                     const zcopy_coll_args_t *a,
                                      const uint8_t *const *lines, size_t total)
 {
     const int n = zc->size, r = zc->rank;
@@ -129,7 +130,8 @@ static zcopy_status_t inline_deliver(zcopy_comm_t *zc, const zcopy_coll_args_t *
         return ZCOPY_SUCCESS;
     case ZCOPY_COLL_ALLTOALL:
         for (int j = 0; j < n; j++)
-            memcpy(out + block * (size_t)j, lines[j] + block * (size_t)r, block);
+            memcpy(out + block * (size_t)j, lines[j] + block * (size_t)r,
+                   block);
         return ZCOPY_SUCCESS;
     default:
         return zcopy_error(ZCOPY_ERR_INTERNAL, "no inline form of %s",

@@ -33,7 +33,8 @@ zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
         block_of(vector, a->rcounts, a->rdispls, a->rcount, al->rsize, j,
                  &off, &len);
         zcopy_algo_copy(al, rbuf + off,
-                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->sbuf, 0, len),
+                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->sbuf, 0,
+                                      len),
                         len, true);
     }
     if (a->sbuf != MPI_IN_PLACE) {

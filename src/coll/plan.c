@@ -250,7 +250,7 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
 
 /* Fills @p with this rank's arguments and eligibility. */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                      zcopy_algo_t *al, coll_plan_t *p)
+                     zcopy_algo_t *al, coll_plan_t *p)
 {
     const bool rooted = a->type == ZCOPY_COLL_GATHER ||
                         a->type == ZCOPY_COLL_GATHERV ||
@@ -262,12 +262,19 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     const bool recv_significant =
         !rooted || a->type == ZCOPY_COLL_SCATTER ||
         a->type == ZCOPY_COLL_SCATTERV || a->root == zc->rank;
+    /* A reduction's datatype is the op's, significant even in place. */
+    const bool reduction = a->type == ZCOPY_COLL_ALLREDUCE ||
+                           a->type == ZCOPY_COLL_REDUCE ||
+                           a->type == ZCOPY_COLL_REDUCE_SCATTER ||
+                           a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK;
 
     memset(p, 0, sizeof(*p));
     if (a->type == ZCOPY_COLL_BARRIER)
         return;
-    al->ssize = send_significant && a->sbuf != MPI_IN_PLACE ? zcopy_coll_type_size(zc, a->stype) : 1;
-    al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE ? zcopy_coll_type_size(zc, a->rtype) : 1;
+    al->ssize = send_significant && (a->sbuf != MPI_IN_PLACE || reduction)
+                    ? zcopy_coll_type_size(zc, a->stype) : 1;
+    al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE
+                    ? zcopy_coll_type_size(zc, a->rtype) : 1;
     if (al->ssize == 0 || al->rsize == 0) {
         p->args.reason = REASON_DATATYPE;
         return;
@@ -277,11 +284,6 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     case ZCOPY_COLL_REDUCE:
     case ZCOPY_COLL_REDUCE_SCATTER:
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-        al->ssize = zcopy_coll_type_size(zc, a->stype);
-        if (al->ssize == 0) {
-            p->args.reason = REASON_DATATYPE;
-            return;
-        }
         plan_reduction(zc, a, al, p);
         break;
     case ZCOPY_COLL_ALLGATHER:

@@ -97,18 +97,6 @@ static bufs_t layout(char *block)
                      .a2a_r = u + (4 + 2 * n) * MAX_COUNT };
 }
 
-/* Sets @_bad to the index of the first element of @_got (of @_n) that
- * differs from @_expect, an expression of the index i; -1 if none. */
-#define FIND_BAD(_bad, _got, _n, _expect)                                    \
-    do {                                                                     \
-        (_bad) = -1;                                                         \
-        for (size_t i = 0; i < (_n); i++)                                    \
-            if ((_got)[i] != (_expect)) {                                    \
-                (_bad) = (long)i;                                            \
-                break;                                                       \
-            }                                                                \
-    } while (0)
-
 /* The expected allreduce result at index @i: the sum over every rank. */
 static int sum_val(int salt, size_t i)
 {
@@ -159,28 +147,28 @@ static void run_suite(char *block, size_t count, int salt, int cycle)
     s0 = zt_stats(MPI_COMM_WORLD);
     if (check_rc(MPI_Allreduce(b.ar_s, b.ar_r, (int)count, MPI_INT, MPI_SUM,
                                MPI_COMM_WORLD), cycle, "allreduce")) {
-        FIND_BAD(bad, b.ar_r, count, sum_val(salt, i));
+        ZT_FIND_BAD(bad, b.ar_r, count, sum_val(salt, i));
         ZT_CHECK(bad < 0, "cycle %d: allreduce of %zu ints wrong at %ld",
                  cycle, count, bad);
     }
     if (check_rc(MPI_Allgather(b.ag_s, (int)count, MPI_INT, b.ag_r,
                                (int)count, MPI_INT, MPI_COMM_WORLD),
                  cycle, "allgather")) {
-        FIND_BAD(bad, b.ag_r, n * count,
+        ZT_FIND_BAD(bad, b.ag_r, n * count,
                  val(salt + 1, (int)(i / count), i % count));
         ZT_CHECK(bad < 0, "cycle %d: allgather of %zu ints wrong at %ld",
                  cycle, count, bad);
     }
     if (check_rc(MPI_Bcast(b.bc, (int)count, MPI_INT, root, MPI_COMM_WORLD),
                  cycle, "bcast")) {
-        FIND_BAD(bad, b.bc, count, val(salt + 2, root, i));
+        ZT_FIND_BAD(bad, b.bc, count, val(salt + 2, root, i));
         ZT_CHECK(bad < 0, "cycle %d: bcast of %zu ints from %d wrong at %ld",
                  cycle, count, root, bad);
     }
     if (check_rc(MPI_Alltoall(b.a2a_s, (int)count, MPI_INT, b.a2a_r,
                               (int)count, MPI_INT, MPI_COMM_WORLD),
                  cycle, "alltoall")) {
-        FIND_BAD(bad, b.a2a_r, n * count,
+        ZT_FIND_BAD(bad, b.a2a_r, n * count,
                  pairval(salt, (int)(i / count), rank, i % count));
         ZT_CHECK(bad < 0, "cycle %d: alltoall of %zu ints wrong at %ld",
                  cycle, count, bad);
@@ -321,7 +309,7 @@ static void test_churn(int fd0)
                           MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
             bad_rc++;
         } else {
-            FIND_BAD(bad, b.ag_r, (size_t)nranks * count,
+            ZT_FIND_BAD(bad, b.ag_r, (size_t)nranks * count,
                      val(k, (int)(i / count), i % count));
             bad_data += bad >= 0;
         }
@@ -375,7 +363,7 @@ static void span_allreduce(int *in, int *out, size_t count, int salt,
     s1 = zt_stats(MPI_COMM_WORLD);
     if (!check_rc(rc, -1, what))
         return;
-    FIND_BAD(bad, out, count, sum_val(salt, i));
+    ZT_FIND_BAD(bad, out, count, sum_val(salt, i));
     ZT_CHECK(bad < 0, "%s of %zu ints wrong at %ld", what, count, bad);
     ZT_CHECK(s1.zcopy_calls == s0.zcopy_calls + 1 &&
                  s1.fallback_calls == s0.fallback_calls,

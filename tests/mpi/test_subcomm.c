@@ -54,18 +54,6 @@ static int pairval(int salt, int from, int to, size_t i)
     return val(salt, from * MAX_RANKS + to, i);
 }
 
-/* Sets @_bad to the index of the first element of @_got (of @_n) that
- * differs from @_expect, an expression of the index i; -1 if none. */
-#define FIND_BAD(_bad, _got, _n, _expect)                                    \
-    do {                                                                     \
-        (_bad) = -1;                                                         \
-        for (size_t i = 0; i < (_n); i++)                                    \
-            if ((_got)[i] != (_expect)) {                                    \
-                (_bad) = (long)i;                                            \
-                break;                                                       \
-            }                                                                \
-    } while (0)
-
 /* One communicator under test: its name for messages, its ranks' WORLD
  * ranks, and the salt that makes its data its own. */
 typedef struct {
@@ -120,7 +108,7 @@ static unsigned run_count(const subject_t *t, size_t count, int salt)
     calls++;
     if (check_rc(t, MPI_Allreduce(buf.ar_s, buf.ar_r, (int)count, MPI_INT,
                                   MPI_SUM, t->comm), "allreduce", count)) {
-        FIND_BAD(bad, buf.ar_r, count, sum_over(t, salt, i));
+        ZT_FIND_BAD(bad, buf.ar_r, count, sum_over(t, salt, i));
         check_data(t, bad, "allreduce", count);
     }
 
@@ -130,7 +118,7 @@ static unsigned run_count(const subject_t *t, size_t count, int salt)
     if (check_rc(t, MPI_Allreduce(MPI_IN_PLACE, buf.ar_r, (int)count,
                                   MPI_INT, MPI_SUM, t->comm),
                  "in-place allreduce", count)) {
-        FIND_BAD(bad, buf.ar_r, count, sum_over(t, salt + 1, i));
+        ZT_FIND_BAD(bad, buf.ar_r, count, sum_over(t, salt + 1, i));
         check_data(t, bad, "in-place allreduce", count);
     }
 
@@ -140,7 +128,7 @@ static unsigned run_count(const subject_t *t, size_t count, int salt)
         calls++;
         if (check_rc(t, MPI_Bcast(buf.bc, (int)count, MPI_INT, root, t->comm),
                      "bcast", count)) {
-            FIND_BAD(bad, buf.bc, count, val(salt + 2 + root, t->wr[root], i));
+            ZT_FIND_BAD(bad, buf.bc, count, val(salt + 2 + root, t->wr[root], i));
             ZT_CHECK(bad < 0, "%s: bcast of %zu ints from root %d wrong at "
                      "%ld", t->name, count, root, bad);
         }
@@ -154,7 +142,7 @@ static unsigned run_count(const subject_t *t, size_t count, int salt)
     if (check_rc(t, MPI_Allgather(buf.ag_s, (int)count, MPI_INT, buf.ag_r,
                                   (int)count, MPI_INT, t->comm),
                  "allgather", count)) {
-        FIND_BAD(bad, buf.ag_r, n * count,
+        ZT_FIND_BAD(bad, buf.ag_r, n * count,
                  val(salt + 20, t->wr[i / count], i % count));
         check_data(t, bad, "allgather", count);
     }
@@ -167,7 +155,7 @@ static unsigned run_count(const subject_t *t, size_t count, int salt)
     if (check_rc(t, MPI_Alltoall(buf.a2a_s, (int)count, MPI_INT, buf.a2a_r,
                                  (int)count, MPI_INT, t->comm),
                  "alltoall", count)) {
-        FIND_BAD(bad, buf.a2a_r, n * count,
+        ZT_FIND_BAD(bad, buf.a2a_r, n * count,
                  pairval(salt, t->wr[i / count], wme, i % count));
         check_data(t, bad, "alltoall", count);
     }
@@ -181,7 +169,7 @@ static unsigned run_count(const subject_t *t, size_t count, int salt)
     if (check_rc(t, MPI_Reduce_scatter_block(buf.rs_s, buf.rs_r, (int)count,
                                              MPI_INT, MPI_SUM, t->comm),
                  "reduce_scatter_block", count)) {
-        FIND_BAD(bad, buf.rs_r, count,
+        ZT_FIND_BAD(bad, buf.rs_r, count,
                  sum_over(t, salt + 21, (size_t)me * count + i));
         check_data(t, bad, "reduce_scatter_block", count);
     }

@@ -27,6 +27,18 @@ void *zt_arena_alloc(zt_arena_t *arena, size_t *offset, size_t bytes);
 bool zt_check_at(bool cond, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Sets @_bad to the index of the first element of @_got (of @_n) that
+ * differs from @_expect, an expression of the index i; -1 if none. */
+#define ZT_FIND_BAD(_bad, _got, _n, _expect)                                 \
+    do {                                                                     \
+        (_bad) = -1;                                                         \
+        for (size_t i = 0; i < (_n); i++)                                    \
+            if ((_got)[i] != (_expect)) {                                    \
+                (_bad) = (long)i;                                            \
+                break;                                                       \
+            }                                                                \
+    } while (0)
+
 /* Counted checks that passed / failed on this rank. */
 extern unsigned long zt_passed, zt_failed;
 

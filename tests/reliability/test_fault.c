@@ -50,12 +50,10 @@ static void *killer(void *arg)
 
 int main(int argc, char **argv)
 {
-    const zcopy_mem_prop_t host = { .kind = ZCOPY_MEM_HOST, .device = -1 };
     bool kill_mode = argc > 1 && strcmp(argv[1], "kill") == 0;
     int provided, *send, *recv, bad_calls = 0;
     MPIX_Zcopy_stats s0, s1;
-    zcopy_mem_handle_t h;
-    size_t gran, bytes;
+    zt_arena_t arena;
     pthread_t thread;
     char *res;
 
@@ -66,17 +64,8 @@ int main(int argc, char **argv)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     rel_announce_job(rank);
 
-    zcopy_mem_granularity(&host, &gran);
-    bytes = (2 * COUNT * sizeof(int) + gran - 1) / gran * gran;
-    if (zcopy_mem_reserve((void **)&res, bytes, 0, NULL, 0) ||
-        MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res, bytes, 0, 0) ||
-        zcopy_mem_create(&h, bytes, &host, 0) ||
-        zcopy_mem_map(res, bytes, 0, h, 0) ||
-        MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, bytes, 0, h, 0)) {
-        fprintf(stderr, "[rank %d] setup failed: %s\n", rank,
-                zcopy_mem_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    zt_arena_init(&arena, MPI_COMM_WORLD, 2 * COUNT * sizeof(int));
+    res = arena.base;
     send = (int *)res;
     recv = send + COUNT;
     for (int i = 0; i < COUNT; i++)

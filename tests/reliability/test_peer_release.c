@@ -89,10 +89,8 @@ static void import_all(MPI_Comm comm, int *send, int *recv, const char *name)
 
 int main(int argc, char **argv)
 {
-    const zcopy_mem_prop_t host = { .kind = ZCOPY_MEM_HOST, .device = -1 };
     MPI_Comm pair, pair2, all;
-    zcopy_mem_handle_t h;
-    size_t gran, bytes;
+    zt_arena_t arena;
     int partner, pair_size, *send, *recv;
     MPI_Info info;
     char *res;
@@ -106,18 +104,9 @@ int main(int argc, char **argv)
     MPI_Comm_dup_with_info(MPI_COMM_WORLD, info, &quiet);
     MPI_Info_free(&info);
 
-    zcopy_mem_granularity(&host, &gran);
-    bytes = ((size_t)(nranks + 1) * COUNT * sizeof(int) + gran - 1) / gran *
-            gran;
-    if (zcopy_mem_reserve((void **)&res, bytes, 0, NULL, 0) ||
-        MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res, bytes, 0, 0) ||
-        zcopy_mem_create(&h, bytes, &host, 0) ||
-        zcopy_mem_map(res, bytes, 0, h, 0) ||
-        MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, bytes, 0, h, 0)) {
-        fprintf(stderr, "[rank %d] setup failed: %s\n", rank,
-                zcopy_mem_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    zt_arena_init(&arena, MPI_COMM_WORLD,
+                  (size_t)(nranks + 1) * COUNT * sizeof(int));
+    res = arena.base;
     send = (int *)res;
     recv = send + COUNT;
     /* No communicator has set up zero-copy yet: no table, no peer. */

@@ -197,10 +197,8 @@ static void outsiders(const char *outsider, char *block)
 
 int main(int argc, char **argv)
 {
-    const zcopy_mem_prop_t host = { .kind = ZCOPY_MEM_HOST, .device = -1 };
     MPIX_Zcopy_stats s0, s1;
-    zcopy_mem_handle_t h;
-    size_t gran, bytes;
+    zt_arena_t arena;
     int *send, *recv, bad = 0;
     MPI_Comm quiet;
     MPI_Info info;
@@ -216,18 +214,9 @@ int main(int argc, char **argv)
     MPI_Comm_dup_with_info(MPI_COMM_WORLD, info, &quiet);
     MPI_Info_free(&info);
 
-    zcopy_mem_granularity(&host, &gran);
-    bytes = (PATTERN_BYTES + (size_t)(nranks + 1) * COUNT * sizeof(int) +
-             gran - 1) / gran * gran;
-    if (zcopy_mem_reserve((void **)&res, bytes, 0, NULL, 0) ||
-        MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res, bytes, 0, 0) ||
-        zcopy_mem_create(&h, bytes, &host, 0) ||
-        zcopy_mem_map(res, bytes, 0, h, 0) ||
-        MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, bytes, 0, h, 0)) {
-        fprintf(stderr, "[rank %d] setup failed: %s\n", rank,
-                zcopy_mem_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    zt_arena_init(&arena, MPI_COMM_WORLD,
+                  PATTERN_BYTES + (size_t)(nranks + 1) * COUNT * sizeof(int));
+    res = arena.base;
     for (size_t i = 0; i < PATTERN_BYTES; i++)
         res[i] = (char)(i * 7 + 3);
 
@@ -251,11 +240,7 @@ int main(int argc, char **argv)
         outsiders(argv[1], res);
     MPI_Barrier(quiet); /* the others stay alive and mapped meanwhile */
 
-    MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, res);
-    zcopy_mem_unmap(res);
-    zcopy_mem_free(h);
-    MPIX_Comm_unset_memory_range(MPI_COMM_WORLD, res);
-    zcopy_mem_release(res);
+    zt_arena_fini(&arena);
     MPI_Comm_free(&quiet);
     return zt_finish();
 }
