@@ -25,6 +25,7 @@ typedef struct {
     int virtual_servers;          /* coll_zcopy_virtual_servers */
     unsigned long small_msg;      /* coll_zcopy_small_msg */
     int yield;                    /* coll_zcopy_yield */
+    int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
 } mca_coll_zcopy_component_t;
 
 OMPI_MODULE_DECLSPEC extern mca_coll_zcopy_component_t mca_coll_zcopy_component;

@@ -7,11 +7,16 @@
 #include <string.h>
 
 #include "opal/mca/base/mca_base_pvar.h"
+#include "opal/mca/base/mca_base_var_enum.h"
+#include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
+
+#include "ucx/ucx.h"
 
 static int zcopy_register(void);
 static int zcopy_init_query(bool enable_progress_threads,
                             bool enable_mpi_threads);
+static int zcopy_close(void);
 
 mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .super = {
@@ -20,6 +25,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
             .mca_component_name = "zcopy",
             MCA_BASE_MAKE_VERSION(component, 0, 1, 0),
             .mca_register_component_params = zcopy_register,
+            .mca_close_component = zcopy_close,
         },
         .collm_data = {
             MCA_BASE_METADATA_PARAM_CHECKPOINT
@@ -32,6 +38,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .virtual_servers = 1,
     .small_msg = 16384,
     .yield = 0,
+    .transport = ZCOPY_TRANSPORT_AUTO,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -57,6 +64,33 @@ static void zcopy_register_int(const char *name, const char *desc,
         &mca_coll_zcopy_component.super.collm_version, name, desc,
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level, MCA_BASE_VAR_SCOPE_READONLY,
         storage);
+}
+
+/* An enumerator, so that ompi_info lists the values and Open MPI rejects
+ * a misspelt one itself. */
+static void zcopy_register_transport(mca_coll_zcopy_component_t *c)
+{
+    static const mca_base_var_enum_value_t values[] = {
+        { ZCOPY_TRANSPORT_AUTO, "auto" },
+        { ZCOPY_TRANSPORT_IPC, "ipc" },
+        { ZCOPY_TRANSPORT_UCX, "ucx" },
+        { 0, NULL },
+    };
+    mca_base_var_enum_t *e = NULL;
+
+    if (mca_base_var_enum_create("coll_zcopy_transport", values, &e) !=
+        OPAL_SUCCESS)
+        return;
+    (void)mca_base_component_var_register(
+        &c->super.collm_version, "transport",
+        "How ranks reach each other's activated memory: auto maps peers "
+        "inside a server and uses UCX between servers; ipc never uses UCX "
+        "(communicators that span servers fall back); ucx goes through UCX "
+        "even inside a server, to test and compare both data paths on one "
+        "host",
+        MCA_BASE_VAR_TYPE_INT, e, 0, 0, OPAL_INFO_LVL_6,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->transport);
+    OBJ_RELEASE(e);
 }
 
 static int zcopy_register(void)
@@ -93,14 +127,29 @@ static int zcopy_register(void)
         MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_9,
         MCA_BASE_VAR_SCOPE_READONLY, &c->small_msg);
 
+    zcopy_register_transport(c);
+
     /* libzcopy reads these from its own process-wide configuration. */
     zcopy_config.verbose = c->verbose > zcopy_config.verbose
                                ? c->verbose : zcopy_config.verbose;
     zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
     zcopy_config.small_msg = c->small_msg;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
+    zcopy_config.transport = c->transport;
 
     return mca_coll_zcopy_register_pvars();
+}
+
+/* UCX 1.13 emulates get and put on activated memory with active messages
+ * that the target's worker must serve (SPEC section 6). libzcopy's own
+ * waits progress it, but a rank may also sit in a blocking MPI call (the
+ * previous component's collectives that libzcopy uses for agreement, or an
+ * application's MPI_Recv) while a peer still reads its buffers: Open MPI's
+ * progress loop then progresses the worker too. One load and a branch
+ * until UCX starts. */
+static int zcopy_progress(void)
+{
+    return (int)zcopy_ucx_progress();
 }
 
 static int zcopy_init_query(bool enable_progress_threads,
@@ -108,6 +157,12 @@ static int zcopy_init_query(bool enable_progress_threads,
 {
     (void)enable_progress_threads;
     (void)enable_mpi_threads;
+    return opal_progress_register(zcopy_progress);
+}
+
+static int zcopy_close(void)
+{
+    (void)opal_progress_unregister(zcopy_progress);
     return OMPI_SUCCESS;
 }
 

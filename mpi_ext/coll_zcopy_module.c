@@ -42,6 +42,15 @@ static int zcopy_svc_bcast(void *buf, size_t bytes, int root, void *ctx)
     ZCOPY_CALL_PREV(m, bcast, buf, (int)bytes, MPI_BYTE, root, m->comm);
 }
 
+static int zcopy_svc_alltoall(const void *sbuf, void *rbuf, size_t bytes,
+                              void *ctx)
+{
+    mca_coll_zcopy_module_t *m = ctx;
+
+    ZCOPY_CALL_PREV(m, alltoall, sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes,
+                             MPI_BYTE, m->comm);
+}
+
 static int zcopy_svc_barrier(void *ctx)
 {
     mca_coll_zcopy_module_t *m = ctx;
@@ -279,6 +288,7 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
     zcopy_comm_ops_t ops = { .allgather = zcopy_svc_allgather,
                              .bcast = zcopy_svc_bcast,
+                             .alltoall = zcopy_svc_alltoall,
                              .barrier = zcopy_svc_barrier, .ctx = m };
 
 #define ZCOPY_SAVE(_name)                                                    \

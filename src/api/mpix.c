@@ -7,6 +7,7 @@
 #include "comm/comm.h"
 #include "ipc/ipc.h"
 #include "registry/registry.h"
+#include "ucx/ucx.h"
 
 #include <mpix_zcopy.h>
 #include <stdio.h>
@@ -123,6 +124,7 @@ ZCOPY_EXPORT int MPIX_Comm_activate_memory(MPI_Comm comm, void *va,
         zcopy_error(st, "%s", cause);
         return raise_status(comm, call, st);
     }
+    zcopy_ucx_blocks_refresh(); /* SPEC 6: registered from activation on */
     return MPI_SUCCESS;
 }
 
@@ -140,6 +142,9 @@ ZCOPY_EXPORT int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va)
     /* From here on peers drop their import at their next collective. With
      * one block fewer, publishing cannot fail. */
     zcopy_ipc_export_refresh();
+    /* Before the application may unmap the pages: UCX does not notice a
+     * remap under a live registration. */
+    zcopy_ucx_blocks_refresh();
     return MPI_SUCCESS;
 }
 

@@ -66,7 +66,17 @@ typedef struct {
     int virtual_servers;       /* split one host into N servers (>= 1) */
     size_t small_msg;          /* bytes: below, latency-optimised algorithms */
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
+    int transport;             /* zcopy_transport_t: how peers are reached */
 } zcopy_config_t;
+
+/* coll_zcopy_transport: auto maps peers inside a server and uses UCX
+ * between servers; ipc never uses UCX (spanning communicators fall back);
+ * ucx reaches every peer through UCX, even inside a server. */
+typedef enum {
+    ZCOPY_TRANSPORT_AUTO,
+    ZCOPY_TRANSPORT_IPC,
+    ZCOPY_TRANSPORT_UCX
+} zcopy_transport_t;
 
 extern zcopy_config_t zcopy_config;
 

@@ -10,6 +10,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .virtual_servers = 1,
     .small_msg = 16384,
     .yield_mode = 0,
+    .transport = ZCOPY_TRANSPORT_AUTO,
 };
 
 static int env_int(const char *name, int dflt)

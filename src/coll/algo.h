@@ -56,6 +56,37 @@ static inline uint8_t *zcopy_algo_at(zcopy_algo_t *al, int rank, uint64_t base,
     return p;
 }
 
+/* Reductions work this many bytes per step: the inputs of a step stay in
+ * cache while the result is copied out to the peers. */
+#define ZCOPY_REDUCE_CHUNK (32u << 10)
+
+/* Elements per step: at least one, however large the datatype. */
+static inline size_t zcopy_chunk_elems(size_t elem)
+{
+    return elem >= ZCOPY_REDUCE_CHUNK ? 1 : ZCOPY_REDUCE_CHUNK / elem;
+}
+
+/* Elements [*lo, *hi) of @count that part @r of @n covers: parts start on
+ * cache-line boundaries, so that ranks writing neighbouring parts never
+ * share a line. */
+static inline void zcopy_slice(size_t count, size_t elem, int r, int n,
+                               size_t *lo, size_t *hi)
+{
+    size_t a = ZCOPY_CACHE_LINE, b = elem, unit, units;
+
+    while (b) { /* gcd: a slice unit is a whole number of lines */
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    unit = ZCOPY_CACHE_LINE / a;
+    units = (count + unit - 1) / unit;
+    *lo = units * (size_t)r / (size_t)n * unit;
+    *hi = units * (size_t)(r + 1) / (size_t)n * unit;
+    *lo = *lo < count ? *lo : count;
+    *hi = *hi < count ? *hi : count;
+}
+
 /* Copies of at least this many bytes bypass the cache (copy.c). */
 #define ZCOPY_STREAMING_COPY_MIN (2u << 20)
 

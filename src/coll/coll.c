@@ -5,6 +5,7 @@
  * any data moves, and then all run zero-copy or all fall back.
  */
 #include "path.h"
+#include "span.h"
 
 #include <stdio.h>
 
@@ -33,6 +34,8 @@ const char *const zcopy_coll_reason_text[REASON_COUNT] = {
     [REASON_DATATYPE] = "non-contiguous datatype",
     [REASON_OP] = "op not supported",
     [REASON_LAYOUT] = "negative displacement",
+    [REASON_SPAN_IN_PLACE] = "in place across servers",
+    [REASON_UCX_BLOCK] = "buffer not inside one UCX-registered block",
 };
 
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
@@ -70,10 +73,16 @@ zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
  * component's collectives. Never retried after a failure. */
 static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 {
-    zcopy_status_t st;
+    bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX;
+    zcopy_status_t st = ZCOPY_ERR_UNSUPPORTED;
 
-    st = zcopy_ctl_create(zc, &zc->ctl, zc->disabled_reason,
-                          sizeof(zc->disabled_reason));
+    if (!spans)
+        st = zcopy_ctl_create(zc, &zc->ctl, &spans, zc->disabled_reason,
+                              sizeof(zc->disabled_reason));
+    /* Every rank saw the same servers, so every rank takes this branch. */
+    if (spans && zcopy_config.transport != ZCOPY_TRANSPORT_IPC)
+        st = zcopy_span_create(zc, &zc->span, zc->disabled_reason,
+                               sizeof(zc->disabled_reason));
     zc->state = st == ZCOPY_SUCCESS ? ZCOPY_COMM_READY : ZCOPY_COMM_DISABLED;
     zcopy_log(ZCOPY_LOG_INFO, "coll", "rank %d of %d: zero-copy %s%s%s",
               zc->rank, zc->size, st == ZCOPY_SUCCESS ? "on" : "off",
@@ -111,6 +120,8 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         coll_setup(zc);
     if (zc->state != ZCOPY_COMM_READY)
         return zcopy_coll_fallback(zc, a->type, zc->disabled_reason);
+    if (zc->span != NULL)
+        return zcopy_span_run(zc, a);
 
     al.ctl = zc->ctl;
     zcopy_coll_plan(zc, a, &al, &plan);

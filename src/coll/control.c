@@ -164,7 +164,7 @@ static int first_other_server(const ctl_hello_t *all, int nranks)
 }
 
 zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
-                                char *reason, size_t reason_len)
+                                bool *spans, char *reason, size_t reason_len)
 {
     ctl_hello_t mine = { .segment_fd = -1 }, *all;
     int32_t ok, *oks = NULL;
@@ -205,6 +205,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     }
     other = first_other_server(all, zc->size);
     if (other >= 0) {
+        *spans = true;
         snprintf(reason, reason_len, "spans servers");
         st = ZCOPY_ERR_UNSUPPORTED;
         goto out;

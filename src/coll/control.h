@@ -83,9 +83,10 @@ typedef struct zcopy_ctl {
 
 /* Collective over the communicator (through its service ops): builds the
  * segment and imports every peer. On failure, *reason says why, identically
- * on every rank, and zero-copy stays off for the communicator. */
+ * on every rank, and zero-copy stays off for the communicator; *spans is
+ * set when that is because its ranks are on several servers. */
 zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
-                                char *reason, size_t reason_len);
+                                bool *spans, char *reason, size_t reason_len);
 void zcopy_ctl_destroy(zcopy_ctl_t *ctl);
 
 static inline zcopy_ctl_slot_t *zcopy_ctl_slot(const zcopy_ctl_t *ctl, int rank)

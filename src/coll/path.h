@@ -16,6 +16,8 @@ typedef enum {
     REASON_DATATYPE,
     REASON_OP,
     REASON_LAYOUT,
+    REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers */
+    REASON_UCX_BLOCK,             /* no UCX-registered block under a buffer */
     REASON_COUNT
 } coll_reason_t;
 

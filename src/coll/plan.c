@@ -162,7 +162,8 @@ static void plan_gather(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     if (a->type == ZCOPY_COLL_GATHER) {
         hi = a->rcount * al->rsize * (size_t)n;
     } else {
-        int64_t *displs = zcopy_ctl_vector(ctl, r, ctl->seq + 1, 0);
+        int64_t *displs = ctl ? zcopy_ctl_vector(ctl, r, ctl->seq + 1, 0)
+                              : NULL;
         if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &lo, &hi,
                            displs)) {
             p->args.reason = REASON_LAYOUT;
@@ -190,7 +191,8 @@ static void plan_scatter(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     if (a->type == ZCOPY_COLL_SCATTER) {
         hi = a->scount * al->ssize * (size_t)n;
     } else {
-        int64_t *displs = zcopy_ctl_vector(ctl, r, ctl->seq + 1, 0);
+        int64_t *displs = ctl ? zcopy_ctl_vector(ctl, r, ctl->seq + 1, 0)
+                              : NULL;
         if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &lo, &hi,
                            displs)) {
             p->args.reason = REASON_LAYOUT;
@@ -211,7 +213,8 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     const int n = zc->size, r = zc->rank;
     const bool in_place = a->sbuf == MPI_IN_PLACE;
     size_t slo = 0, shi, rlo = 0, rhi;
-    uint64_t next = ctl->seq + 1;
+    /* Spanning communicators (no ctl) exchange their vectors otherwise. */
+    uint64_t next = ctl ? ctl->seq + 1 : 0;
 
     if (in_place)
         p->args.flags |= ZCOPY_CTL_IN_PLACE;
@@ -225,11 +228,11 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         return;
     }
     if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &rlo, &rhi,
-                       zcopy_ctl_vector(ctl, r, next, 1))) {
+                       ctl ? zcopy_ctl_vector(ctl, r, next, 1) : NULL)) {
         p->args.reason = REASON_LAYOUT;
         return;
     }
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < n && ctl; j++)
         zcopy_ctl_vector(ctl, r, next, 2)[j] = (int64_t)a->rcounts[j] *
                                                (int64_t)al->rsize;
     plan_recv(p, (const uint8_t *)a->rbuf + rlo, rhi - rlo);
@@ -240,7 +243,7 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         return;
     }
     if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &slo, &shi,
-                       zcopy_ctl_vector(ctl, r, next, 0))) {
+                       ctl ? zcopy_ctl_vector(ctl, r, next, 0) : NULL)) {
         p->args.reason = REASON_LAYOUT;
         return;
     }

@@ -14,39 +14,6 @@
  */
 #include "algo.h"
 
-/* Reduce this many bytes per step: the inputs of a step stay in cache while
- * the result is copied out to the peers. */
-#define ZCOPY_REDUCE_CHUNK (32u << 10)
-
-/* Elements per step: at least one, however large the datatype. */
-static size_t chunk_elems(size_t elem)
-{
-    return elem >= ZCOPY_REDUCE_CHUNK ? 1 : ZCOPY_REDUCE_CHUNK / elem;
-}
-
-static int gcd(int a, int b)
-{
-    while (b) {
-        int t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Elements [*lo, *hi) of @count that rank @r of @n reduces. */
-static void slice_of(size_t count, size_t elem, int r, int n, size_t *lo,
-                     size_t *hi)
-{
-    size_t unit = (size_t)(ZCOPY_CACHE_LINE / gcd(ZCOPY_CACHE_LINE, (int)elem));
-    size_t units = (count + unit - 1) / unit;
-
-    *lo = units * (size_t)r / (size_t)n * unit;
-    *hi = units * (size_t)(r + 1) / (size_t)n * unit;
-    *lo = *lo < count ? *lo : count;
-    *hi = *hi < count ? *hi : count;
-}
-
 /* Local addresses of every rank's whole buffer (sbuf or rbuf as published). */
 static bool map_all(zcopy_algo_t *al, bool send, size_t len, uint8_t **bufs)
 {
@@ -89,11 +56,11 @@ static void allreduce_replicated(zcopy_algo_t *al, uint8_t *const *ins,
 static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,
                              uint8_t *const *outs, size_t count)
 {
-    const size_t e = al->ssize, chunk = chunk_elems(e);
+    const size_t e = al->ssize, chunk = zcopy_chunk_elems(e);
     const int n = al->nranks, r = al->rank;
     size_t lo, hi;
 
-    slice_of(count, e, r, n, &lo, &hi);
+    zcopy_slice(count, e, r, n, &lo, &hi);
     for (size_t at = lo; at < hi && !al->failed; at += chunk) {
         size_t len = hi - at < chunk ? hi - at : chunk;
         /* Own input first: in place, it is the one dst aliases. */
@@ -125,7 +92,7 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
     uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
-    size_t lo, hi, chunk = chunk_elems(e);
+    size_t lo, hi, chunk = zcopy_chunk_elems(e);
 
     if (count == 0 || !map_all(al, true, bytes, ins))
         goto out;
@@ -137,7 +104,7 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
             reduce_step(al, out, ins, root, 0, count);
         goto out;
     }
-    slice_of(count, e, al->rank, al->nranks, &lo, &hi);
+    zcopy_slice(count, e, al->rank, al->nranks, &lo, &hi);
     for (size_t at = lo; at < hi && !al->failed; at += chunk) {
         size_t len = hi - at < chunk ? hi - at : chunk;
         /* Root's input first: in place at the root, it is dst's alias. */
@@ -173,7 +140,7 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
     own = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[r] : a->rcount;
     dst = in_place ? (uint8_t *)a->rbuf + displ * e : (uint8_t *)a->rbuf;
     if (own > 0 && map_all(al, true, total * e, ins)) {
-        const size_t chunk = chunk_elems(e);
+        const size_t chunk = zcopy_chunk_elems(e);
         for (size_t at = 0; at < own && !al->failed; at += chunk) {
             size_t len = own - at < chunk ? own - at : chunk;
             reduce_step(al, dst + at * e, ins, r, (displ + at) * e, len);

@@ -2,6 +2,7 @@
 #include "comm.h"
 
 #include "coll/control.h"
+#include "coll/span.h"
 #include "ipc/ipc.h"
 
 #include <pthread.h>
@@ -73,6 +74,7 @@ ZCOPY_COMPONENT_API void zcopy_comm_destroy(zcopy_comm_t *zc)
         *pp = zc->next;
     pthread_mutex_unlock(&comms.lock);
     zcopy_ctl_destroy(zc->ctl);
+    zcopy_span_destroy(zc->span);
     /* SPEC 3: no peer's freed pages outlive this MPI_Comm_free either. */
     zcopy_ipc_sweep();
     free(zc);

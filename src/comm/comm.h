@@ -16,12 +16,16 @@
 typedef struct {
     /* Gathers @bytes from every rank into @rbuf, in rank order. */
     int (*allgather)(const void *sbuf, void *rbuf, size_t bytes, void *ctx);
+    /* Sends @bytes to every rank and receives @bytes from every rank, in
+     * rank order. */
+    int (*alltoall)(const void *sbuf, void *rbuf, size_t bytes, void *ctx);
     int (*bcast)(void *buf, size_t bytes, int root, void *ctx);
     int (*barrier)(void *ctx);
     void *ctx;
 } zcopy_comm_ops_t;
 
 struct zcopy_ctl;
+struct zcopy_span;
 
 #define ZCOPY_TYPE_CACHE 8
 
@@ -37,7 +41,8 @@ typedef struct zcopy_comm {
     int size;
     zcopy_comm_ops_t ops;
     zcopy_comm_state_t state;
-    struct zcopy_ctl *ctl;        /* control plane, once READY */
+    struct zcopy_ctl *ctl;        /* control plane, once READY in a server */
+    struct zcopy_span *span;      /* or this, once READY across servers */
     char disabled_reason[48];
     struct {
         MPI_Datatype type;

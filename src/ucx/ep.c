@@ -161,6 +161,32 @@ void zcopy_ucx_ep_put(zcopy_ucx_ep_t *ep)
 
 /* --- remote keys ---------------------------------------------------------- */
 
+static void rkeys_drop_locked(zcopy_ucx_ep_t *ep, const uint64_t *live,
+                              size_t nlive, const uint64_t *only);
+
+/* A peer's live blocks never overlap, so a cached key whose block overlaps
+ * a new generation's belongs to a block the peer has deactivated (often
+ * one re-activated at the same address): it is destroyed here, before the
+ * new key exists, and can never be used again. */
+static void retire_overlaps_locked(zcopy_ucx_ep_t *ep,
+                                   const zcopy_ucx_remote_t *remote)
+{
+    for (size_t i = 0; i < ep->nrkeys; i++) {
+        const zcopy_ucx_rkey_t *old = ep->rkeys[i];
+        uint64_t gen = old->generation;
+
+        if (!zcopy_ranges_overlap(old->va, old->size, remote->va,
+                                  remote->size))
+            continue;
+        zcopy_log(ZCOPY_LOG_TRACE, "ucx", "pid %llu: key of generation %llu "
+                  "retired by generation %llu",
+                  (unsigned long long)ep->key.pid, (unsigned long long)gen,
+                  (unsigned long long)remote->generation);
+        rkeys_drop_locked(ep, NULL, 0, &gen);
+        i = (size_t)-1; /* the array was reordered: start again */
+    }
+}
+
 zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
                                   const zcopy_ucx_remote_t *remote,
                                   zcopy_ucx_rkey_t **rkey_p)
@@ -194,6 +220,7 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
         goto out;
     }
 
+    retire_overlaps_locked(ep, remote);
     if (!grow((void **)&ep->rkeys, &ep->cap_rkeys, ep->nrkeys,
               sizeof(*ep->rkeys))) {
         st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");

@@ -148,7 +148,9 @@ void zcopy_ucx_mem_packed_rkey(const zcopy_ucx_mem_t *mem,
 /* --- remote keys ---------------------------------------------------------- */
 
 /* The remote key of @remote's block on @ep: unpacked on first use, then
- * cached by generation until forgotten or the endpoint closes. A cached
+ * cached by generation until forgotten or the endpoint closes. Unpacking a
+ * new generation first destroys the cached keys of blocks it overlaps:
+ * those blocks are gone, since a peer's live blocks never overlap. A cached
  * generation that comes back with another va or size is ZCOPY_ERR_ARG. */
 zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
                                   const zcopy_ucx_remote_t *remote,
@@ -193,6 +195,37 @@ bool zcopy_ucx_test(zcopy_ucx_comp_t *comp);
 /* Progresses until nothing in @comp is pending (yielding the processor
  * when nothing happens for a while); then the first failure, if any. */
 zcopy_status_t zcopy_ucx_wait(zcopy_ucx_comp_t *comp);
+
+/* --- activated blocks (blocks.c) ---------------------------------------- */
+
+#define ZCOPY_UCX_MAX_BLOCKS 1024   /* as many as a process may activate */
+#define ZCOPY_UCX_RKEY_MAX 96       /* larger packed keys: no spanning path */
+
+/* An activated block of this process as its peers need it: sent inside
+ * every spanning collective's arrival, so it is flat and fixed-size. */
+typedef struct {
+    uint64_t va;
+    uint64_t size;
+    uint64_t generation;          /* the registry's, unique per activation */
+    uint32_t rkey_len;
+    uint32_t reserved;
+    uint8_t rkey[ZCOPY_UCX_RKEY_MAX];
+} zcopy_ucx_block_desc_t;
+
+/* Starts UCX if needed and registers every activated block; from then on
+ * zcopy_ucx_blocks_refresh() keeps the registrations equal to the
+ * registry's blocks. Collective in spirit only: each process starts on its
+ * own. */
+zcopy_status_t zcopy_ucx_blocks_start(void);
+
+/* After every change of the registry: registers new blocks, unregisters
+ * deactivated ones. Nothing before zcopy_ucx_blocks_start(). */
+void zcopy_ucx_blocks_refresh(void);
+
+/* The registered block holding all of [@addr, +@len): false when there is
+ * none (not activated, spanning two blocks, not registered, key too big). */
+bool zcopy_ucx_blocks_find(uintptr_t addr, size_t len,
+                           zcopy_ucx_block_desc_t *desc);
 
 void zcopy_ucx_counts(zcopy_ucx_counts_t *counts);
 

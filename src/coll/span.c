@@ -1,0 +1,491 @@
+/*
+ * Spanning communicators: setup, arrival, syncs and the two ways of
+ * reaching a peer's buffer (mapping inside the group, UCX between groups).
+ * See span.h.
+ */
+#include "span.h"
+
+#include "topo/topo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What every rank tells the others when a spanning communicator is set up. */
+typedef struct {
+    zcopy_topo_rank_t where;      /* which server */
+    zcopy_ipc_id_t ipc;           /* how its group maps its memory */
+    int32_t status;               /* UCX started, address known */
+    uint32_t address_len;         /* of its UCX worker address */
+    uint64_t reserved;
+} span_hello_t;
+static_assert(sizeof(span_hello_t) == 64, "exchanged between processes");
+
+static bool same_server(const span_hello_t *a, const span_hello_t *b)
+{
+    return a->where.server[0] == b->where.server[0] &&
+           a->where.server[1] == b->where.server[1];
+}
+
+void zcopy_span_destroy(zcopy_span_t *sp)
+{
+    if (sp == NULL)
+        return;
+    for (int r = 0; r < sp->nranks; r++) {
+        if (sp->peers && sp->peers[r])
+            zcopy_ipc_peer_put(sp->peers[r]);
+        if (sp->eps && sp->eps[r])
+            zcopy_ucx_ep_put(sp->eps[r]);
+    }
+    free(sp->group);
+    free(sp->index);
+    free(sp->group_start);
+    free(sp->members);
+    free(sp->peers);
+    free(sp->eps);
+    free(sp->descs);
+    free(sp->sdispls);
+    free(sp->sdispls_out);
+    free(sp->flags);
+    free(sp->landing);
+    free(sp);
+}
+
+static zcopy_span_t *span_alloc(int rank, int n)
+{
+    zcopy_span_t *sp = calloc(1, sizeof(*sp));
+    size_t un = (size_t)n;
+
+    if (sp == NULL)
+        return NULL;
+    sp->rank = rank;
+    sp->nranks = n;
+    sp->group = calloc(un, sizeof(int));
+    sp->index = calloc(un, sizeof(int));
+    sp->group_start = calloc(un + 1, sizeof(int));
+    sp->members = calloc(un, sizeof(int));
+    sp->peers = calloc(un, sizeof(*sp->peers));
+    sp->eps = calloc(un, sizeof(*sp->eps));
+    sp->descs = calloc(un, sizeof(*sp->descs));
+    sp->sdispls = calloc(un, sizeof(int64_t));
+    sp->sdispls_out = calloc(un, sizeof(int64_t));
+    sp->flags = calloc(un, sizeof(int32_t));
+    if (!sp->group || !sp->index || !sp->group_start || !sp->members ||
+        !sp->peers || !sp->eps || !sp->descs || !sp->sdispls ||
+        !sp->sdispls_out || !sp->flags) {
+        zcopy_span_destroy(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+/* Groups in order of their first rank; members in rank order. Under
+ * transport=ucx every rank is a group of its own. */
+static void span_group(zcopy_span_t *sp, const span_hello_t *all)
+{
+    const int n = sp->nranks;
+    int *count = calloc((size_t)n, sizeof(int)), at = 0;
+
+    for (int r = 0; r < n; r++) {
+        int g = sp->ngroups;
+        for (int q = 0; q < r && zcopy_config.transport != ZCOPY_TRANSPORT_UCX;
+             q++) {
+            if (same_server(&all[q], &all[r])) {
+                g = sp->group[q];
+                break;
+            }
+        }
+        if (g == sp->ngroups)
+            sp->ngroups++;
+        sp->group[r] = g;
+    }
+    for (int r = 0; r < n; r++)
+        sp->index[r] = count[sp->group[r]]++;
+    for (int g = 0; g < sp->ngroups; g++) {
+        sp->group_start[g] = at;
+        at += count[g];
+        sp->max_group = count[g] > sp->max_group ? count[g] : sp->max_group;
+    }
+    sp->group_start[sp->ngroups] = at;
+    for (int r = 0; r < n; r++)
+        sp->members[sp->group_start[sp->group[r]] + sp->index[r]] = r;
+    free(count);
+}
+
+static zcopy_status_t span_connect(zcopy_span_t *sp, const span_hello_t *all,
+                                   const uint8_t *addresses, size_t stride)
+{
+    for (int r = 0; r < sp->nranks; r++) {
+        zcopy_ucx_peer_key_t key = { .host = all[r].where.server[0],
+                                     .pid = (uint64_t)all[r].ipc.pid };
+        if (r == sp->rank)
+            continue;
+        if (sp->group[r] == sp->group[sp->rank])
+            ZCOPY_CHECK(zcopy_ipc_peer_get(&all[r].ipc, &sp->peers[r]));
+        else
+            ZCOPY_CHECK(zcopy_ucx_ep_get(&key, addresses + (size_t)r * stride,
+                                         all[r].address_len, &sp->eps[r]));
+    }
+    return ZCOPY_SUCCESS;
+}
+
+/* All ranks agree that everyone reached @st == success; else *reason. */
+static zcopy_status_t span_agree(zcopy_comm_t *zc, zcopy_status_t st,
+                                 const char *what, char *reason,
+                                 size_t reason_len)
+{
+    int32_t ok = st, *oks = calloc((size_t)zc->size, sizeof(*oks));
+
+    if (oks == NULL ||
+        zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS) {
+        free(oks);
+        snprintf(reason, reason_len, "setup agreement failed");
+        return ZCOPY_ERR_INTERNAL;
+    }
+    for (int r = 0; r < zc->size; r++) {
+        if (oks[r] != ZCOPY_SUCCESS) {
+            snprintf(reason, reason_len, "%s failed on rank %d", what, r);
+            st = oks[r];
+            free(oks);
+            return st;
+        }
+    }
+    free(oks);
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
+                                 char *reason, size_t reason_len)
+{
+    span_hello_t mine = { 0 }, *all = NULL;
+    const void *address = NULL;
+    size_t address_len = 0, stride = 0;
+    uint8_t *own = NULL, *addresses = NULL;
+    zcopy_span_t *sp = span_alloc(zc->rank, zc->size);
+    zcopy_status_t st = sp ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+
+    all = calloc((size_t)zc->size, sizeof(*all));
+    if (all == NULL)
+        st = ZCOPY_ERR_NOMEM;
+    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* same on every rank */
+        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
+        zcopy_span_destroy(sp);
+        free(all);
+        return ZCOPY_ERR_UNSUPPORTED;
+    }
+    zcopy_topo_rank_self(&mine.where);
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_ipc_local_id(&mine.ipc);
+    /* UCX starts here, on the first communicator that needs it, and
+     * registers the blocks activated so far. */
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_ucx_blocks_start();
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_ucx_worker_address(&address, &address_len);
+    if (st != ZCOPY_SUCCESS)
+        zcopy_log(ZCOPY_LOG_WARN, "ucx", "rank %d: %s", zc->rank,
+                  zcopy_error_detail());
+    mine.status = st;
+    mine.address_len = (uint32_t)address_len;
+    st = span_agree(zc, st, "starting UCX", reason, reason_len);
+    if (st != ZCOPY_SUCCESS)
+        goto out;
+
+    if (zc->ops.allgather(&mine, all, sizeof(mine), zc->ops.ctx) !=
+        MPI_SUCCESS) {
+        snprintf(reason, reason_len, "setup exchange failed");
+        st = ZCOPY_ERR_INTERNAL;
+        goto out;
+    }
+    for (int r = 0; r < zc->size; r++)
+        stride = all[r].address_len > stride ? all[r].address_len : stride;
+    own = calloc(1, stride);
+    addresses = calloc((size_t)zc->size, stride);
+    if (own == NULL || addresses == NULL) {
+        snprintf(reason, reason_len, "setup: out of memory");
+        st = ZCOPY_ERR_NOMEM;
+        goto out;
+    }
+    memcpy(own, address, address_len);
+    if (zc->ops.allgather(own, addresses, stride, zc->ops.ctx) != MPI_SUCCESS) {
+        snprintf(reason, reason_len, "worker address exchange failed");
+        st = ZCOPY_ERR_INTERNAL;
+        goto out;
+    }
+    span_group(sp, all);
+    st = span_connect(sp, all, addresses, stride);
+    if (st != ZCOPY_SUCCESS)
+        zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s", zc->rank,
+                  zcopy_error_detail());
+    st = span_agree(zc, st, "connecting to peers", reason, reason_len);
+    if (st == ZCOPY_SUCCESS)
+        zcopy_log(ZCOPY_LOG_INFO, "coll", "rank %d of %d: %d groups (%s), "
+                  "this rank's has %d", zc->rank, zc->size, sp->ngroups,
+                  zcopy_config.transport == ZCOPY_TRANSPORT_UCX
+                      ? "one rank each, transport ucx" : "one per server",
+                  zcopy_span_group_size(sp, sp->group[zc->rank]));
+out:
+    free(own);
+    free(addresses);
+    free(all);
+    if (st != ZCOPY_SUCCESS) {
+        zcopy_span_destroy(sp);
+        return st;
+    }
+    *span_p = sp;
+    return ZCOPY_SUCCESS;
+}
+
+/* --- reaching peers' buffers --------------------------------------------- */
+
+uint8_t *zcopy_span_map(zcopy_span_algo_t *sa, int r, uint64_t addr,
+                        size_t len)
+{
+    void *local;
+
+    if (sa->failed)
+        return NULL;
+    if (r == sa->rank || len == 0)
+        return (uint8_t *)(uintptr_t)addr;
+    if (sa->sp->peers[r] != NULL &&
+        zcopy_ipc_peer_map(sa->sp->peers[r], addr, len, &local) ==
+            ZCOPY_SUCCESS)
+        return local;
+    zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: mapping rank %d: %s",
+              sa->rank, r, zcopy_error_detail());
+    sa->failed = true;
+    return NULL;
+}
+
+/* The key of @r's block under [addr, +len), from its arrival. */
+static zcopy_ucx_rkey_t *span_rkey(zcopy_span_algo_t *sa, int r, uint64_t addr,
+                                   size_t len)
+{
+    const zcopy_span_desc_t *d = &sa->sp->descs[r];
+    const zcopy_ucx_block_desc_t *b = NULL;
+    zcopy_ucx_remote_t remote;
+    zcopy_ucx_rkey_t *rkey;
+
+    if (d->sblock.size && zcopy_range_inside(addr, len, d->sblock.va,
+                                             d->sblock.size))
+        b = &d->sblock;
+    else if (d->rblock.size && zcopy_range_inside(addr, len, d->rblock.va,
+                                                  d->rblock.size))
+        b = &d->rblock;
+    if (b == NULL) {
+        zcopy_error(ZCOPY_ERR_RANGE, "[%#llx, +%zu) of rank %d is in no block "
+                    "it announced", (unsigned long long)addr, len, r);
+        return NULL;
+    }
+    remote = (zcopy_ucx_remote_t){ .va = b->va, .size = b->size,
+                                   .generation = b->generation,
+                                   .packed_rkey = b->rkey,
+                                   .packed_rkey_len = b->rkey_len };
+    return zcopy_ucx_rkey_get(sa->sp->eps[r], &remote, &rkey) == ZCOPY_SUCCESS
+               ? rkey : NULL;
+}
+
+static void span_fail(zcopy_span_algo_t *sa, const char *what, int r)
+{
+    zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: %s rank %d: %s", sa->rank,
+              what, r, zcopy_error_detail());
+    sa->failed = true;
+}
+
+void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
+                    void *dst)
+{
+    zcopy_ucx_rkey_t *rkey;
+
+    if (sa->failed || len == 0)
+        return;
+    if (sa->sp->eps[r] == NULL) {
+        const uint8_t *src = zcopy_span_map(sa, r, addr, len);
+        if (src != NULL && src != dst) {
+            zcopy_copy(dst, src, len);
+            sa->ipc_bytes += r == sa->rank ? 0 : len;
+        }
+        return;
+    }
+    rkey = span_rkey(sa, r, addr, len);
+    if (rkey == NULL || zcopy_ucx_get(sa->sp->eps[r], dst, NULL, addr, rkey,
+                                      len, &sa->comp) != ZCOPY_SUCCESS)
+        span_fail(sa, "get from", r);
+}
+
+void zcopy_span_put(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
+                    const void *src)
+{
+    zcopy_ucx_rkey_t *rkey;
+
+    if (sa->failed || len == 0)
+        return;
+    if (sa->sp->eps[r] == NULL) {
+        uint8_t *dst = zcopy_span_map(sa, r, addr, len);
+        if (dst != NULL && dst != src) {
+            zcopy_copy(dst, src, len);
+            sa->ipc_bytes += r == sa->rank ? 0 : len;
+        }
+        return;
+    }
+    rkey = span_rkey(sa, r, addr, len);
+    if (rkey == NULL || zcopy_ucx_put(sa->sp->eps[r], src, NULL, addr, rkey,
+                                      len, &sa->comp) != ZCOPY_SUCCESS) {
+        span_fail(sa, "put to", r);
+        return;
+    }
+    sa->sp->flags[r] = 1; /* dirty: flushed before the next sync */
+}
+
+/* Waits for this rank's gets and puts, then makes its puts visible at the
+ * targets (a put's own completion only frees the source). */
+void zcopy_span_complete(zcopy_span_algo_t *sa)
+{
+    zcopy_span_t *sp = sa->sp;
+
+    if (zcopy_ucx_wait(&sa->comp) != ZCOPY_SUCCESS)
+        span_fail(sa, "transfers with", -1);
+    sa->ucx_bytes += sa->comp.bytes;
+    sa->comp = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
+    for (int r = 0; r < sp->nranks; r++) {
+        if (!sp->flags[r])
+            continue;
+        sp->flags[r] = 0;
+        if (zcopy_ucx_flush(sp->eps[r]) != ZCOPY_SUCCESS)
+            span_fail(sa, "flush to", r);
+    }
+}
+
+bool zcopy_span_sync(zcopy_span_algo_t *sa)
+{
+    zcopy_span_t *sp = sa->sp;
+    int32_t failed;
+    bool any = false;
+
+    zcopy_span_complete(sa);
+    failed = sa->failed;
+    /* The flags array doubles as the receive buffer: it is all zero after
+     * zcopy_span_complete(). */
+    if (sa->zc->ops.allgather(&failed, sp->flags, sizeof(failed),
+                              sa->zc->ops.ctx) != MPI_SUCCESS)
+        any = true;
+    for (int r = 0; r < sp->nranks; r++) {
+        any |= sp->flags[r] != 0;
+        sp->flags[r] = 0;
+    }
+    return any;
+}
+
+uint8_t *zcopy_span_landing(zcopy_span_algo_t *sa, size_t bytes)
+{
+    zcopy_span_t *sp = sa->sp;
+    void *p;
+
+    if (bytes <= sp->landing_size)
+        return sp->landing;
+    if (posix_memalign(&p, ZCOPY_CACHE_LINE, bytes) != 0) {
+        zcopy_error(ZCOPY_ERR_NOMEM, "landing area of %zu bytes", bytes);
+        span_fail(sa, "landing operands of", -1);
+        return NULL;
+    }
+    free(sp->landing);
+    sp->landing = p;
+    sp->landing_size = bytes;
+    return p;
+}
+
+/* --- one collective ------------------------------------------------------- */
+
+static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
+    [ZCOPY_COLL_ALLREDUCE] = zcopy_span_allreduce,
+    [ZCOPY_COLL_REDUCE] = zcopy_span_reduce,
+    [ZCOPY_COLL_REDUCE_SCATTER] = zcopy_span_reduce_scatter,
+    [ZCOPY_COLL_REDUCE_SCATTER_BLOCK] = zcopy_span_reduce_scatter,
+    [ZCOPY_COLL_ALLGATHER] = zcopy_span_allgather,
+    [ZCOPY_COLL_ALLGATHERV] = zcopy_span_allgather,
+    [ZCOPY_COLL_BCAST] = zcopy_span_bcast,
+    [ZCOPY_COLL_GATHER] = zcopy_span_gather,
+    [ZCOPY_COLL_GATHERV] = zcopy_span_gather,
+    [ZCOPY_COLL_SCATTER] = zcopy_span_scatter,
+    [ZCOPY_COLL_SCATTERV] = zcopy_span_scatter,
+    [ZCOPY_COLL_ALLTOALL] = zcopy_span_alltoall,
+    [ZCOPY_COLL_ALLTOALLV] = zcopy_span_alltoall,
+};
+
+/* This rank's arrival: the plan, plus the blocks under its buffers, which
+ * peers in other groups need to reach them. */
+static void span_describe(const zcopy_coll_args_t *a, const coll_plan_t *plan,
+                          zcopy_span_desc_t *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->args = plan->args;
+    if (d->args.reason != REASON_NONE)
+        return;
+    /* Swapping blocks in place between servers needs a copy of one side
+     * somewhere: not zero-copy, so the previous component does it. */
+    if ((a->type == ZCOPY_COLL_ALLTOALL || a->type == ZCOPY_COLL_ALLTOALLV) &&
+        (d->args.flags & ZCOPY_CTL_IN_PLACE)) {
+        d->args.reason = REASON_SPAN_IN_PLACE;
+        return;
+    }
+    if ((plan->slen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->sbuf,
+                                                  plan->slen, &d->sblock)) ||
+        (plan->rlen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->rbuf,
+                                                  plan->rlen, &d->rblock)))
+        d->args.reason = REASON_UCX_BLOCK;
+}
+
+/* alltoallv: each rank learns where its block starts in every peer's send
+ * buffer (only the owner's sdispls say so). */
+static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                 const zcopy_coll_args_t *a, size_t ssize)
+{
+    for (int j = 0; j < sp->nranks; j++)
+        sp->sdispls_out[j] = a->sbuf == MPI_IN_PLACE
+                                 ? 0 : (int64_t)a->sdispls[j] * (int64_t)ssize;
+    return zc->ops.alltoall(sp->sdispls_out, sp->sdispls, sizeof(int64_t),
+                            zc->ops.ctx);
+}
+
+zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
+{
+    zcopy_span_t *sp = zc->span;
+    zcopy_algo_t al = { .zc = zc, .a = a, .rank = zc->rank,
+                        .nranks = zc->size };
+    zcopy_span_algo_t sa = { .zc = zc, .sp = sp, .a = a, .rank = zc->rank,
+                             .nranks = zc->size,
+                             .comp = ZCOPY_UCX_COMP_INIT };
+    zcopy_span_desc_t mine;
+    coll_plan_t plan;
+    char why[64];
+
+    zcopy_coll_plan(zc, a, &al, &plan);
+    span_describe(a, &plan, &mine);
+    if (a->type == ZCOPY_COLL_ALLTOALLV &&
+        span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
+        return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
+                           "displacements failed");
+    if (zc->ops.allgather(&mine, sp->descs, sizeof(mine), zc->ops.ctx) !=
+        MPI_SUCCESS)
+        return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
+                           zcopy_coll_names[a->type]);
+    for (int r = 0; r < sp->nranks; r++) {
+        if (sp->descs[r].args.reason != REASON_NONE) {
+            snprintf(why, sizeof(why), "rank %d %s", r,
+                     zcopy_coll_reason_text[sp->descs[r].args.reason]);
+            return zcopy_coll_fallback(zc, a->type, why);
+        }
+    }
+    zc->stats.zcopy_calls++;
+    if (a->type == ZCOPY_COLL_BARRIER)
+        return ZCOPY_SUCCESS; /* the arrival exchange was the barrier */
+    sa.ssize = al.ssize;
+    sa.rsize = al.rsize;
+    if (span_algorithms[a->type](&sa) != ZCOPY_SUCCESS)
+        return zcopy_error(ZCOPY_ERR_INTERNAL,
+                           "%s: a rank could not reach a peer's memory; the "
+                           "results are undefined", zcopy_coll_names[a->type]);
+    zc->stats.ipc_bytes += sa.ipc_bytes;
+    zc->stats.ucx_bytes += sa.ucx_bytes;
+    return ZCOPY_SUCCESS;
+}

@@ -1,0 +1,350 @@
+/*
+ * Algorithms for communicators that span servers (span.h).
+ *
+ * Data moves from the source buffer to the destination buffer: through a
+ * mapping inside a group, by one UCX get or put between groups. Where many
+ * ranks of a group need the same bytes from another group (allgather,
+ * bcast, the second half of allreduce), the group's ranks share the pulls,
+ * each byte crosses between the groups once, and the group then copies it
+ * among itself through mappings, so every rank keeps a link busy.
+ *
+ * Reductions: every element is reduced by exactly one rank, reading its
+ * own group's inputs through mappings and the other groups' through UCX
+ * gets into the communicator's landing area, which the reduction then
+ * reads. That one copy of remote operands is the only one: a reduction
+ * needs both operands in its own memory, and when the inputs are also the
+ * outputs (MPI_IN_PLACE) there is no free part of the user's buffers to
+ * receive them in.
+ *
+ * Like the server-only algorithms, every rank passes the same syncs
+ * whatever its role, so a failure on one rank never hangs the others.
+ */
+#include "span.h"
+
+#include <string.h>
+
+#define SPAN_FINISH(_sa)                                                     \
+    (zcopy_span_sync(_sa) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS)
+
+static const zcopy_ctl_args_t *args_of(const zcopy_span_algo_t *sa, int r)
+{
+    return &sa->sp->descs[r].args;
+}
+
+static bool in_place(const zcopy_span_algo_t *sa, int r)
+{
+    return args_of(sa, r)->flags & ZCOPY_CTL_IN_PLACE;
+}
+
+static int group_of(const zcopy_span_algo_t *sa, int r)
+{
+    return sa->sp->group[r];
+}
+
+static bool same_group(const zcopy_span_algo_t *sa, int r)
+{
+    return group_of(sa, r) == group_of(sa, sa->rank);
+}
+
+static int my_group_size(const zcopy_span_algo_t *sa)
+{
+    return zcopy_span_group_size(sa->sp, group_of(sa, sa->rank));
+}
+
+/* Whether a second stage that spreads bytes inside groups can have work:
+ * the same answer on every rank, so every rank passes the same syncs. */
+static bool spreads(const zcopy_span_algo_t *sa)
+{
+    return sa->sp->ngroups > 1 && sa->sp->max_group > 1;
+}
+
+/* Copies [@off, +@len) of this rank's buffer at @base into the same place
+ * of every other member of its group (whose buffers start at their own
+ * @rbuf as they announced it). */
+static void share_in_group(zcopy_span_algo_t *sa, const uint8_t *own,
+                           size_t off, size_t len)
+{
+    const zcopy_span_t *sp = sa->sp;
+    const int g = group_of(sa, sa->rank);
+
+    for (int i = 0; i < zcopy_span_group_size(sp, g) && len > 0; i++) {
+        int j = zcopy_span_member(sp, g, i);
+        if (j != sa->rank)
+            zcopy_span_put(sa, j, args_of(sa, j)->rbuf + off, len, own + off);
+    }
+}
+
+/* --- reductions ------------------------------------------------------------ */
+
+/* dst[0 .. count) = the reduction, over every rank in the order first,
+ * first + 1, ... (mod n), of the @count elements at byte @off of each
+ * rank's announced send buffer. dst may alias @first's input only. */
+static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
+                         size_t off, size_t count)
+{
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
+    const int n = sa->nranks;
+    const size_t e = sa->ssize, bytes = count * e;
+    const size_t chunk = zcopy_chunk_elems(e);
+    size_t nremote = 0;
+    uint8_t *landing;
+
+    if (count == 0 || sa->failed)
+        return;
+    for (int j = 0; j < n; j++)
+        nremote += !same_group(sa, j);
+    landing = zcopy_span_landing(sa, nremote * bytes);
+    if (nremote > 0 && landing == NULL)
+        return;
+    for (int k = 0, l = 0; k < n; k++) {
+        int j = (first + k) % n;
+        uint64_t at = args_of(sa, j)->sbuf + off;
+
+        if (same_group(sa, j)) {
+            ins[k] = zcopy_span_map(sa, j, at, bytes);
+            continue;
+        }
+        ins[k] = landing + (size_t)l++ * bytes;
+        zcopy_span_get(sa, j, at, bytes, (void *)ins[k]);
+    }
+    zcopy_span_complete(sa);
+    for (size_t at = 0; at < count && !sa->failed; at += chunk) {
+        size_t len = count - at < chunk ? count - at : chunk;
+
+        for (int k = 0; k < n; k++) {
+            int j = (first + k) % n;
+            srcs[k] = ins[k] + at * e;
+            if (j != sa->rank && same_group(sa, j))
+                sa->ipc_bytes += len * e;
+        }
+        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, n,
+                         len) != ZCOPY_SUCCESS)
+            sa->failed = true;
+    }
+}
+
+/* Each rank reduces its slice over all ranks, and gives the result to its
+ * group; after a sync, each group fetches every other group's slices once,
+ * shared among its members, and spreads them inside. */
+zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
+{
+    const zcopy_span_t *sp = sa->sp;
+    const int n = sa->nranks, me = sa->rank, g = group_of(sa, me);
+    const size_t e = sa->ssize, count = sa->a->scount;
+    uint8_t *out = sa->a->rbuf;
+    size_t lo, hi;
+
+    zcopy_slice(count, e, me, n, &lo, &hi);
+    owner_reduce(sa, out + lo * e, me, lo * e, hi - lo);
+    share_in_group(sa, out, lo * e, (hi - lo) * e);
+    if (zcopy_span_sync(sa))
+        return ZCOPY_ERR_INTERNAL;
+
+    for (int o = 0; o < n; o++) {
+        int from;
+
+        if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
+            continue;
+        /* Any member of o's group holds the slice now; spread the load. */
+        from = zcopy_span_member(sp, group_of(sa, o), sp->index[me]);
+        zcopy_slice(count, e, o, n, &lo, &hi);
+        zcopy_span_get(sa, from, args_of(sa, from)->rbuf + lo * e,
+                       (hi - lo) * e, out + lo * e);
+    }
+    zcopy_span_complete(sa);
+    for (int o = 0; o < n && my_group_size(sa) > 1; o++) {
+        if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
+            continue;
+        zcopy_slice(count, e, o, n, &lo, &hi);
+        share_in_group(sa, out, lo * e, (hi - lo) * e);
+    }
+    return SPAN_FINISH(sa);
+}
+
+/* The root's group reduces, one slice per member, straight into the
+ * root's output. */
+zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa)
+{
+    const int root = sa->a->root;
+    const size_t e = sa->ssize, count = sa->a->scount;
+    size_t lo, hi;
+    uint8_t *out;
+
+    if (same_group(sa, root)) {
+        zcopy_slice(count, e, sa->sp->index[sa->rank], my_group_size(sa), &lo,
+                    &hi);
+        out = zcopy_span_map(sa, root, args_of(sa, root)->rbuf + lo * e,
+                             (hi - lo) * e);
+        if (out != NULL || hi == lo) {
+            /* The root's input first: in place it is the output's alias. */
+            owner_reduce(sa, out, root, lo * e, hi - lo);
+            if (sa->rank != root)
+                sa->ipc_bytes += (hi - lo) * e;
+        }
+    }
+    return SPAN_FINISH(sa);
+}
+
+/* Rank r reduces block r of every input into its own output. In place the
+ * result goes to block r of its buffer first (block 0 may still be read
+ * by rank 0) and moves to the front after the sync. */
+zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
+{
+    const zcopy_coll_args_t *a = sa->a;
+    const bool v = a->type == ZCOPY_COLL_REDUCE_SCATTER;
+    const int me = sa->rank;
+    const size_t e = sa->ssize;
+    size_t displ = 0, own = v ? (size_t)a->rcounts[me] : a->rcount;
+    uint8_t *dst;
+
+    for (int j = 0; j < me; j++)
+        displ += v ? (size_t)a->rcounts[j] : a->rcount;
+    dst = in_place(sa, me) ? (uint8_t *)a->rbuf + displ * e : a->rbuf;
+    owner_reduce(sa, dst, me, displ * e, own);
+    if (zcopy_span_sync(sa))
+        return ZCOPY_ERR_INTERNAL;
+    if (in_place(sa, me) && displ > 0 && own > 0)
+        memmove(a->rbuf, dst, own * e);
+    return ZCOPY_SUCCESS;
+}
+
+/* --- data movement ---------------------------------------------------------- */
+
+/* Offset and length in bytes of rank @j's block in a gathered buffer, as
+ * this rank's arguments describe it. */
+static void gathered_block(const zcopy_span_algo_t *sa, int j, size_t *off,
+                           size_t *len)
+{
+    const zcopy_coll_args_t *a = sa->a;
+    const bool v = a->type == ZCOPY_COLL_ALLGATHERV ||
+                   a->type == ZCOPY_COLL_GATHERV;
+
+    *len = (v ? (size_t)a->rcounts[j] : a->rcount) * sa->rsize;
+    *off = v ? (size_t)a->rdispls[j] * sa->rsize : (size_t)j * *len;
+}
+
+/* Blocks of the own group come through mappings; blocks of other groups
+ * are fetched once per group, member i taking every rank j with
+ * j = i (mod group size), and then copied among the group. */
+zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa)
+{
+    const zcopy_span_t *sp = sa->sp;
+    const int n = sa->nranks, me = sa->rank, g = group_of(sa, me);
+    uint8_t *out = sa->a->rbuf;
+    size_t off, len;
+
+    for (int j = 0; j < n; j++) {
+        gathered_block(sa, j, &off, &len);
+        if (j == me && in_place(sa, me))
+            continue;
+        if (same_group(sa, j) || zcopy_span_member(sp, g, j) == me)
+            zcopy_span_get(sa, j, args_of(sa, j)->sbuf, len, out + off);
+    }
+    if (spreads(sa)) {
+        if (zcopy_span_sync(sa))
+            return ZCOPY_ERR_INTERNAL;
+        for (int j = 0; j < n; j++) {
+            int from = zcopy_span_member(sp, g, j);
+            if (same_group(sa, j) || from == me)
+                continue;
+            gathered_block(sa, j, &off, &len);
+            zcopy_span_get(sa, from, args_of(sa, from)->rbuf + off, len,
+                           out + off);
+        }
+    }
+    return SPAN_FINISH(sa);
+}
+
+/* The root's group copies from the root; every other group fetches the
+ * buffer once, one piece per member, and then copies the pieces among
+ * itself. */
+zcopy_status_t zcopy_span_bcast(zcopy_span_algo_t *sa)
+{
+    const zcopy_span_t *sp = sa->sp;
+    const int root = sa->a->root, me = sa->rank, g = group_of(sa, me);
+    const int m = my_group_size(sa);
+    const size_t bytes = sa->a->rcount * sa->rsize;
+    const uint64_t from_root = args_of(sa, root)->rbuf;
+    uint8_t *buf = sa->a->rbuf;
+    size_t lo, hi;
+
+    if (same_group(sa, root)) {
+        if (me != root)
+            zcopy_span_get(sa, root, from_root, bytes, buf);
+    } else {
+        zcopy_slice(bytes, 1, sp->index[me], m, &lo, &hi);
+        zcopy_span_get(sa, root, from_root + lo, hi - lo, buf + lo);
+    }
+    if (spreads(sa)) {
+        if (zcopy_span_sync(sa))
+            return ZCOPY_ERR_INTERNAL;
+        for (int i = 0; i < m && !same_group(sa, root); i++) {
+            int from = zcopy_span_member(sp, g, i);
+            if (from == me)
+                continue;
+            zcopy_slice(bytes, 1, i, m, &lo, &hi);
+            zcopy_span_get(sa, from, args_of(sa, from)->rbuf + lo, hi - lo,
+                           buf + lo);
+        }
+    }
+    return SPAN_FINISH(sa);
+}
+
+/* The root fetches every block straight into its output. */
+zcopy_status_t zcopy_span_gather(zcopy_span_algo_t *sa)
+{
+    const int root = sa->a->root;
+    size_t off, len;
+
+    for (int j = 0; j < sa->nranks && sa->rank == root; j++) {
+        if (j == root && in_place(sa, root))
+            continue;
+        gathered_block(sa, j, &off, &len);
+        zcopy_span_get(sa, j, args_of(sa, j)->sbuf, len,
+                       (uint8_t *)sa->a->rbuf + off);
+    }
+    return SPAN_FINISH(sa);
+}
+
+/* The root puts every block straight into its owner's output: it alone
+ * knows where each block starts (scatterv's displacements). */
+zcopy_status_t zcopy_span_scatter(zcopy_span_algo_t *sa)
+{
+    const zcopy_coll_args_t *a = sa->a;
+    const bool v = a->type == ZCOPY_COLL_SCATTERV;
+    const int root = a->root;
+
+    for (int j = 0; j < sa->nranks && sa->rank == root; j++) {
+        size_t len = (v ? (size_t)a->scounts[j] : a->scount) * sa->ssize;
+        size_t off = v ? (size_t)a->sdispls[j] * sa->ssize : (size_t)j * len;
+
+        if (j == root && in_place(sa, root))
+            continue;
+        zcopy_span_put(sa, j, j == root ? (uint64_t)(uintptr_t)a->rbuf
+                                        : args_of(sa, j)->rbuf,
+                       len, (const uint8_t *)a->sbuf + off);
+    }
+    return SPAN_FINISH(sa);
+}
+
+/* Every rank fetches its block from every peer straight into its output
+ * (in place never gets here: span.c sends it to the fallback). */
+zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
+{
+    const zcopy_coll_args_t *a = sa->a;
+    const bool v = a->type == ZCOPY_COLL_ALLTOALLV;
+    const int me = sa->rank;
+    uint8_t *out = a->rbuf;
+
+    for (int k = 0; k < sa->nranks; k++) {
+        int j = (me + k) % sa->nranks; /* spread the sources */
+        size_t len = (v ? (size_t)a->rcounts[j] : a->rcount) * sa->rsize;
+        size_t off = v ? (size_t)a->rdispls[j] * sa->rsize : (size_t)j * len;
+        uint64_t src = args_of(sa, j)->sbuf +
+                       (v ? (uint64_t)sa->sp->sdispls[j] : (uint64_t)me * len);
+
+        zcopy_span_get(sa, j, src, len, out + off);
+    }
+    return SPAN_FINISH(sa);
+}

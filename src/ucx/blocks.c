@@ -1,0 +1,149 @@
+/*
+ * Activated blocks registered with UCX (SPEC section 6).
+ *
+ * UCX starts with the first communicator that needs it: one that spans
+ * servers, or any under coll_zcopy_transport=ucx. A job that never leaves a
+ * server never pays for a worker, its sockets and its shared-memory
+ * segments. From that start on, the registrations follow the registry:
+ * zcopy_ucx_blocks_refresh() runs after every activation and deactivation
+ * (before the application can unmap the pages) and registers what is new
+ * and unregisters what is gone, so every activated block is registered
+ * from its activation until its deactivation.
+ *
+ * Peers' remote keys need no message here: every spanning collective
+ * carries the generation and packed key of the blocks under its buffers,
+ * and a peer that sees a new generation unpacks the new key and drops the
+ * old ones (coll/span.c). A deactivated block's key can no longer be in
+ * use: every spanning collective completes its transfers before it
+ * returns, and deactivation happens between collectives.
+ */
+#include "ucx.h"
+
+#include "registry/registry.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t generation;
+    uintptr_t va;
+    size_t size;
+    zcopy_ucx_mem_t *mem;
+} ucx_block_t;
+
+/* Per process, like the registry it mirrors. */
+static struct {
+    pthread_mutex_t lock;
+    bool started;
+    ucx_block_t *blocks;
+    size_t nblocks, cap;
+} ublocks = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool snapshot_has(const zcopy_block_t *snap, size_t n, uint64_t gen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (snap[i].generation == gen)
+            return true;
+    return false;
+}
+
+static bool registered(uint64_t gen)
+{
+    for (size_t i = 0; i < ublocks.nblocks; i++)
+        if (ublocks.blocks[i].generation == gen)
+            return true;
+    return false;
+}
+
+static void register_block(const zcopy_block_t *b)
+{
+    zcopy_ucx_mem_t *mem;
+
+    if (!zcopy_array_reserve((void **)&ublocks.blocks, &ublocks.cap,
+                             ublocks.nblocks, sizeof(*ublocks.blocks)))
+        return;
+    /* A block UCX cannot register stays usable inside its server; spanning
+     * collectives on it fall back ("not registered with UCX"). */
+    if (zcopy_ucx_mem_register((void *)b->va, b->size, b->map.kind, &mem) !=
+        ZCOPY_SUCCESS) {
+        zcopy_log(ZCOPY_LOG_WARN, "ucx", "block [%p, +%zu): %s",
+                  (void *)b->va, b->size, zcopy_error_detail());
+        return;
+    }
+    ublocks.blocks[ublocks.nblocks++] = (ucx_block_t){
+        .generation = b->generation, .va = b->va, .size = b->size, .mem = mem };
+}
+
+static void refresh_locked(void)
+{
+    zcopy_block_t *snap = calloc(ZCOPY_UCX_MAX_BLOCKS, sizeof(*snap));
+    uint64_t epoch;
+    size_t n, kept = 0;
+
+    if (snap == NULL)
+        return;
+    n = zcopy_registry_snapshot(snap, ZCOPY_UCX_MAX_BLOCKS, &epoch);
+    /* Unregister first: a block re-activated at the same address must not
+     * overlap its predecessor's registration. */
+    for (size_t i = 0; i < ublocks.nblocks; i++) {
+        if (snapshot_has(snap, n, ublocks.blocks[i].generation))
+            ublocks.blocks[kept++] = ublocks.blocks[i];
+        else
+            zcopy_ucx_mem_unregister(ublocks.blocks[i].mem);
+    }
+    ublocks.nblocks = kept;
+    for (size_t i = 0; i < n; i++)
+        if (!registered(snap[i].generation))
+            register_block(&snap[i]);
+    free(snap);
+}
+
+zcopy_status_t zcopy_ucx_blocks_start(void)
+{
+    zcopy_status_t st;
+
+    pthread_mutex_lock(&ublocks.lock);
+    st = zcopy_ucx_init();
+    if (st == ZCOPY_SUCCESS && !ublocks.started) {
+        ublocks.started = true;
+        refresh_locked();
+    }
+    pthread_mutex_unlock(&ublocks.lock);
+    return st;
+}
+
+void zcopy_ucx_blocks_refresh(void)
+{
+    pthread_mutex_lock(&ublocks.lock);
+    if (ublocks.started)
+        refresh_locked();
+    pthread_mutex_unlock(&ublocks.lock);
+}
+
+bool zcopy_ucx_blocks_find(uintptr_t addr, size_t len,
+                           zcopy_ucx_block_desc_t *desc)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&ublocks.lock);
+    for (size_t i = 0; i < ublocks.nblocks && !found; i++) {
+        const ucx_block_t *b = &ublocks.blocks[i];
+        const void *rkey;
+        size_t rkey_len;
+
+        if (!zcopy_range_inside(addr, len, b->va, b->size))
+            continue;
+        zcopy_ucx_mem_packed_rkey(b->mem, &rkey, &rkey_len);
+        if (rkey_len > sizeof(desc->rkey))
+            break;
+        desc->va = b->va;
+        desc->size = b->size;
+        desc->generation = b->generation;
+        desc->rkey_len = (uint32_t)rkey_len;
+        memcpy(desc->rkey, rkey, rkey_len);
+        found = true;
+    }
+    pthread_mutex_unlock(&ublocks.lock);
+    return found;
+}
