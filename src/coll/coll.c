@@ -84,9 +84,12 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
         st = zcopy_span_create(zc, &zc->span, zc->disabled_reason,
                                sizeof(zc->disabled_reason));
     zc->state = st == ZCOPY_SUCCESS ? ZCOPY_COMM_READY : ZCOPY_COMM_DISABLED;
+    if (st == ZCOPY_SUCCESS)
+        zc->disabled_reason[0] = '\0';
     zcopy_log(ZCOPY_LOG_INFO, "coll", "rank %d of %d: zero-copy %s%s%s",
               zc->rank, zc->size, st == ZCOPY_SUCCESS ? "on" : "off",
-              st == ZCOPY_SUCCESS ? "" : ": ", zc->disabled_reason);
+              st != ZCOPY_SUCCESS ? ": " : zc->span ? " (across servers)" : "",
+              zc->disabled_reason);
     return st;
 }
 

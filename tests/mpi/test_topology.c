@@ -6,15 +6,15 @@
  * exactly the servers.
  *
  *   1. Memory activated on MPI_COMM_WORLD. Collectives on each server's
- *      split, and on a reversed split of that split, run zero-copy. On
- *      WORLD and on an interleaved split they run zero-copy when V = 1;
- *      when they span servers they fall back on every rank with a reason
- *      containing "spans servers", and stay correct.
+ *      split, and on a reversed split of that split, run zero-copy through
+ *      peer mappings. On WORLD and on an interleaved split they run
+ *      zero-copy too: through mappings when V = 1, and also through UCX
+ *      (ucx_bytes grows) when they span servers.
  *   2. Memory activated by ranks 0 and 1 only, with the range set on their
  *      own split. Collectives there run zero-copy; on a split of ranks 0
  *      and 2, where rank 2's buffers are plain memory, they fall back, on
- *      both ranks with the same reason: "rank 1 send buffer not activated"
- *      when 0 and 2 share a server, "spans servers" when not.
+ *      both ranks with the same reason, "rank 1 send buffer not activated",
+ *      whether 0 and 2 share a server or not.
  *   3. With --expect-map (run under coll_zcopy_verbose 10): stderr is
  *      captured from before MPI_Init; the first process of each server
  *      printed the server map of MPI_COMM_WORLD exactly once, with its
@@ -134,13 +134,21 @@ static unsigned run_collectives(MPI_Comm comm, const char *name, bufs_t b,
     return calls;
 }
 
+typedef enum {
+    PATH_MAPPED,                  /* zero-copy inside one server */
+    PATH_UCX,                     /* zero-copy, spanning servers */
+    PATH_FALLBACK
+} path_t;
+
 /* Runs the collectives on @comm and checks the path they took: all
- * zero-copy, or all fallbacks with a reason containing @reason. Returns
- * the last fallback reason. */
+ * zero-copy (moving bytes through UCX exactly when @path says the comm
+ * spans servers), or all fallbacks with a reason containing @reason.
+ * Returns the stats after the calls. */
 static MPIX_Zcopy_stats run_and_check(MPI_Comm comm, const char *name,
-                                      bufs_t b, int salt, bool zcopy,
+                                      bufs_t b, int salt, path_t path,
                                       const char *reason)
 {
+    const bool zcopy = path != PATH_FALLBACK;
     MPIX_Zcopy_stats s0 = zt_stats(comm), s1;
     unsigned calls = run_collectives(comm, name, b, salt);
     unsigned long long zc, fb;
@@ -152,8 +160,15 @@ static MPIX_Zcopy_stats run_and_check(MPI_Comm comm, const char *name,
         ZT_CHECK(zc == calls && fb == 0, "%s: %llu of %u collectives "
                  "zero-copy, %llu fallbacks (last: %s)", name, zc, calls, fb,
                  s1.last_fallback_reason);
-        ZT_CHECK(s1.ipc_bytes > s0.ipc_bytes, "%s: no bytes moved through "
-                 "peer mappings", name);
+        if (path == PATH_UCX)
+            ZT_CHECK(s1.ucx_bytes > s0.ucx_bytes, "%s: spans servers but no "
+                     "bytes moved through UCX", name);
+        else
+            ZT_CHECK(s1.ipc_bytes > s0.ipc_bytes && s1.ucx_bytes == s0.ucx_bytes,
+                     "%s: expected bytes through peer mappings only (ipc +%llu, "
+                     "ucx +%llu)", name,
+                     (unsigned long long)(s1.ipc_bytes - s0.ipc_bytes),
+                     (unsigned long long)(s1.ucx_bytes - s0.ucx_bytes));
     } else {
         ZT_CHECK(zc == 0 && fb == calls, "%s: %llu of %u collectives fell "
                  "back, %llu zero-copy", name, fb, calls, zc);
@@ -205,21 +220,22 @@ static void test_world_activation(void)
     b.r = zt_arena_alloc(&arena, &off, buf_ints * sizeof(int));
 
     server = split(MPI_COMM_WORLD, server_of(wrank), wrank);
-    run_and_check(server, "server split", b, 10, true, NULL);
+    run_and_check(server, "server split", b, 10, PATH_MAPPED, NULL);
 
     /* A split of the split, in reverse rank order. */
     reversed = split(server, 0, -wrank);
-    run_and_check(reversed, "reversed split of the server split", b, 20, true,
-                  NULL);
+    run_and_check(reversed, "reversed split of the server split", b, 20,
+                  PATH_MAPPED, NULL);
 
-    run_and_check(MPI_COMM_WORLD, "MPI_COMM_WORLD", b, 30, !split_servers,
-                  "spans servers");
+    run_and_check(MPI_COMM_WORLD, "MPI_COMM_WORLD", b, 30,
+                  split_servers ? PATH_UCX : PATH_MAPPED, NULL);
 
     /* Even and odd ranks: each spans servers unless there is just one. */
     interleaved = split(MPI_COMM_WORLD, wrank % 2, wrank);
     if (wsize > 2)
         run_and_check(interleaved, "interleaved split", b, 40,
-                      !parity_spans_servers(wrank % 2), "spans servers");
+                      parity_spans_servers(wrank % 2) ? PATH_UCX : PATH_MAPPED,
+                      NULL);
 
     MPI_Comm_free(&interleaved);
     MPI_Comm_free(&reversed);
@@ -243,7 +259,7 @@ static void test_partial_activation(void)
         b.s = zt_arena_alloc(&arena, &off, buf_ints * sizeof(int));
         b.r = zt_arena_alloc(&arena, &off, buf_ints * sizeof(int));
         run_and_check(pair01, "ranks 0,1 (activated on their split)", b, 50,
-                      true, NULL);
+                      PATH_MAPPED, NULL);
     } else {
         plain = malloc(2 * buf_ints * sizeof(int));
         ZT_CHECK(plain != NULL, "out of memory");
@@ -254,14 +270,12 @@ static void test_partial_activation(void)
     pair02 = split(MPI_COMM_WORLD, wrank == 0 || wrank == 2 ? 0 : MPI_UNDEFINED,
                    wrank);
     if (pair02 != MPI_COMM_NULL) {
-        const char *why = server_of(0) == server_of(2)
-                              ? "rank 1 send buffer not activated"
-                              : "spans servers";
+        const char *why = "rank 1 send buffer not activated";
         char mine[64], theirs[2][64];
         MPIX_Zcopy_stats s;
 
-        s = run_and_check(pair02, "ranks 0,2 (2 not activated)", b, 60, false,
-                          why);
+        s = run_and_check(pair02, "ranks 0,2 (2 not activated)", b, 60,
+                          PATH_FALLBACK, why);
         /* Copied out first: the exchange below falls back too and would
          * overwrite the reason. */
         snprintf(mine, sizeof(mine), "%s", s.last_fallback_reason);
