@@ -21,6 +21,11 @@
  * are checked at exit (Open MPI's own, at MPI_Finalize, are suppressed by
  * asan.supp, by library).
  *
+ * `test_asan_ipc ucx` runs step 3 with coll_zcopy_transport=ucx: every
+ * collective takes the spanning path (src/coll/span*.c), so UCX registers
+ * the block, keys travel in the arrivals and the data moves by UCX get and
+ * put, all under the sanitizers.
+ *
  * `test_asan_ipc overflow` and `test_asan_ipc leak` make one deliberate
  * error each on rank 1, after the exchange: the suite runs them too and
  * expects the sanitizer's report, which proves the set-up would catch one.
@@ -28,6 +33,7 @@
 #include "coll/coll.h"
 #include "ipc/ipc.h"
 #include "registry/registry.h"
+#include "ucx/ucx.h"
 
 #include <mpix_zcopy.h>
 #include <stdio.h>
@@ -146,18 +152,52 @@ static void peer_mapping(uint8_t *block, size_t bytes)
 
 /* --- 3. collectives ------------------------------------------------------ */
 
+/* The service collectives wait like the component's do: UCX keeps
+ * progressing (here by hand, there through Open MPI's progress loop), so a
+ * peer's emulated get or put is served while this rank waits. */
+static int svc_wait(MPI_Request *req, int rc)
+{
+    int done = 0;
+
+    while (rc == MPI_SUCCESS && !done) {
+        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        zcopy_ucx_progress();
+    }
+    return rc;
+}
+
 static int svc_allgather(const void *sbuf, void *rbuf, size_t bytes, void *ctx)
 {
-    return MPI_Allgather(sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes,
-                         MPI_BYTE, *(MPI_Comm *)ctx);
+    MPI_Request req;
+
+    return svc_wait(&req, MPI_Iallgather(sbuf, (int)bytes, MPI_BYTE, rbuf,
+                                         (int)bytes, MPI_BYTE,
+                                         *(MPI_Comm *)ctx, &req));
+}
+
+static int svc_alltoall(const void *sbuf, void *rbuf, size_t bytes, void *ctx)
+{
+    MPI_Request req;
+
+    return svc_wait(&req, MPI_Ialltoall(sbuf, (int)bytes, MPI_BYTE, rbuf,
+                                        (int)bytes, MPI_BYTE,
+                                        *(MPI_Comm *)ctx, &req));
 }
 
 static int svc_bcast(void *buf, size_t bytes, int root, void *ctx)
 {
-    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, *(MPI_Comm *)ctx);
+    MPI_Request req;
+
+    return svc_wait(&req, MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root,
+                                     *(MPI_Comm *)ctx, &req));
 }
 
-static int svc_barrier(void *ctx) { return MPI_Barrier(*(MPI_Comm *)ctx); }
+static int svc_barrier(void *ctx)
+{
+    MPI_Request req;
+
+    return svc_wait(&req, MPI_Ibarrier(*(MPI_Comm *)ctx, &req));
+}
 
 static int val(int salt, int r, size_t i) { return salt * 3 + r * 1000 + (int)(i % 997); }
 
@@ -173,6 +213,7 @@ static void run(zcopy_comm_t *zc, const zcopy_coll_args_t *a, const char *what)
 static void collectives(int *buf)
 {
     const zcopy_comm_ops_t ops = { .allgather = svc_allgather,
+                                   .alltoall = svc_alltoall,
                                    .bcast = svc_bcast,
                                    .barrier = svc_barrier, .ctx = &service };
     const size_t n = (size_t)nranks;
@@ -251,7 +292,12 @@ static void collectives(int *buf)
            "%llu zero-copy calls and %llu fallbacks, expected 6 and 0",
            (unsigned long long)zc->stats.zcopy_calls,
            (unsigned long long)zc->stats.fallback_calls);
-    MPI_Barrier(service); /* nobody reads a peer's block any more */
+    if (zcopy_config.transport == ZCOPY_TRANSPORT_UCX)
+        EXPECT(zc->stats.ucx_bytes > 0 && zc->stats.ipc_bytes == 0,
+               "transport ucx: %llu bytes through UCX, %llu through mappings",
+               (unsigned long long)zc->stats.ucx_bytes,
+               (unsigned long long)zc->stats.ipc_bytes);
+    svc_barrier(&service); /* nobody reads a peer's block any more */
     zcopy_comm_destroy(zc);
 }
 
@@ -293,6 +339,8 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_dup(MPI_COMM_WORLD, &service);
     only_this_copy();
+    if (argc > 1 && strcmp(argv[1], "ucx") == 0)
+        zcopy_config.transport = ZCOPY_TRANSPORT_UCX;
 
     /* 1. */
     require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS &&
@@ -329,6 +377,21 @@ int main(int argc, char **argv)
     EXPECT(nranges == 0 && nblocks == 0 && npeers == 0 && nimports == 0,
            "left: %zu ranges, %zu blocks, %zu peers, %zu imports", nranges,
            nblocks, npeers, nimports);
+    {
+        zcopy_ucx_counts_t uc;
+
+        /* Deactivation unregistered the block; freeing the communicator
+         * closed the endpoints and with them the remote keys. */
+        zcopy_ucx_counts(&uc);
+        EXPECT(uc.nmems == 0 && uc.neps == 0 && uc.nrkeys == 0,
+               "UCX left: %zu registrations, %zu endpoints, %zu keys",
+               uc.nmems, uc.neps, uc.nrkeys);
+        EXPECT(uc.live == (zcopy_config.transport == ZCOPY_TRANSPORT_UCX),
+               "UCX %s", uc.live ? "started without a spanning communicator"
+                                 : "never started");
+        svc_barrier(&service);
+        zcopy_ucx_cleanup();
+    }
 
     {
         int mine = failures, all = 0;
