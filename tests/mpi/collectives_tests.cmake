@@ -9,3 +9,18 @@ zcopy_add_mpi_test(NAME mpi.collectives.malloc.np2
                    TARGET test_collectives NP 2 ARGS malloc)
 zcopy_add_mpi_test(NAME mpi.collectives.mixed.np3
                    TARGET test_collectives NP 3 ARGS mixed)
+
+# Span mode: MPI_COMM_WORLD spans servers, either two virtual servers on
+# this host or every peer reached through UCX. Every eligible collective
+# must still run zero-copy, WORLD's and the dup's through UCX (see the
+# header of test_collectives.c for what changes on such communicators).
+foreach(np 4 3)
+  zcopy_add_mpi_test(NAME mpi.collectives.vservers.np${np}
+                     TARGET test_collectives NP ${np} ARGS activated span
+                     MCA coll_zcopy_virtual_servers=2 LABELS span)
+endforeach()
+foreach(np 2 3)
+  zcopy_add_mpi_test(NAME mpi.collectives.ucx.np${np}
+                     TARGET test_collectives NP ${np} ARGS activated span
+                     MCA coll_zcopy_transport=ucx LABELS span)
+endforeach()

@@ -11,6 +11,24 @@
  *                                every call falls back on ALL ranks, with the
  *                                same reason on every rank
  *
+ * An optional second argument, `span` (test_collectives activated span), is
+ * for jobs whose MPI_COMM_WORLD spans servers (coll_zcopy_virtual_servers=2,
+ * or coll_zcopy_transport=ucx, under which every peer is across servers).
+ * Eligibility stays as above, with these differences on a communicator that
+ * spans servers:
+ *   - the inline path is never taken. The test cannot tell which of the
+ *     halves and parity splits lies in one server (that depends on the job),
+ *     so it checks no inline count there; on WORLD and the dup, which span
+ *     servers in every span job, it checks that inline_calls did not move.
+ *   - in-place alltoall and in-place alltoallv fall back with the reason
+ *     "in place across servers". Either path is accepted for them (a split
+ *     may lie in one server), a fallback for that reason only; phase end
+ *     then holds the call to what its path implies, and to every rank having
+ *     taken the same one.
+ *   - data between servers moves through UCX: at the end of the WORLD and
+ *     dup phases, every collective that ran zero-copy with data to move
+ *     must have counted ucx_bytes (summed over its calls and all ranks).
+ *
  * Inputs are a hash of (call number, source rank, block, index), so every
  * rank knows every rank's input and checks its results without any extra
  * communication. Values are small integers: float sums and products are
@@ -1155,9 +1173,12 @@ static const coll_desc_t colls[C_COUNT] = {
 /* What every rank must agree on for one call, settled at phase end. */
 typedef struct {
     char desc[160];
-    bool zcopy, moves;
+    int coll;                 /* C_* */
+    bool zcopy, moves;        /* zcopy: the path expected (or, where */
+    bool either;              /* either path was acceptable, taken) */
     bool inlined;             /* payload travelled in the control line */
     uint64_t moved;           /* ipc + ucx bytes this rank moved */
+    uint64_t ucx;             /* of which through UCX */
     uint64_t reason_hash;     /* of last_fallback_reason; 0 for zero-copy */
 } log_entry_t;
 
@@ -1165,6 +1186,7 @@ typedef struct {
     MPI_Comm comm;
     const char *name;
     int rank, n;
+    bool spans;               /* span mode, and the comm spans servers */
     bool activated[MAX_RANKS];
     uint64_t calls;
     log_entry_t *log;
@@ -1172,6 +1194,7 @@ typedef struct {
 } phase_t;
 
 static enum { MODE_ACTIVATED, MODE_MALLOC, MODE_MIXED } mode;
+static bool span;             /* the job's WORLD spans servers */
 static unsigned long total_calls;
 
 static uint64_t fnv1a(const char *s)
@@ -1193,6 +1216,9 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
     ph->name = name;
     MPI_Comm_rank(comm, &ph->rank);
     MPI_Comm_size(comm, &ph->n);
+    /* In a span job WORLD spans servers by construction, and so does its
+     * dup; whether a split does depends on how ranks fall on servers. */
+    ph->spans = span && (comm == MPI_COMM_WORLD || strcmp(name, "dup") == 0);
     MPI_Comm_group(MPI_COMM_WORLD, &world);
     MPI_Comm_group(comm, &group);
     for (int j = 0; j < ph->n; j++)
@@ -1264,7 +1290,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     MPIX_Zcopy_stats before, after;
     uint64_t dz, df, di;
     log_entry_t *e;
-    bool zcopy;
+    bool zcopy, either, fell_back = false;
     int rc;
 
     memset(&c, 0, sizeof(c));
@@ -1286,6 +1312,10 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     pool.used = 0;
     c.coll->prepare(&c);
     zcopy = expect_zcopy(&c);
+    /* Span mode: in place, alltoall(v) cannot swap blocks with a peer on
+     * another server, and a split may or may not lie in one server. */
+    either = span && zcopy && c.n >= 2 && in_place &&
+             (coll == C_ALLTOALL || coll == C_ALLTOALLV);
 
     before = zt_stats(c.comm);
     rc = c.coll->call(&c);
@@ -1302,13 +1332,25 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
                  c.rank, dz, df);
     else if (empty_call(&c) && dz == 0 && df == 0)
         ZT_CHECK(true, "%s", c.desc); /* Open MPI returned before coll */
+    else if (either && dz == 0 && df == 1 &&
+             strstr(after.last_fallback_reason, "in place across servers")) {
+        fell_back = true; /* logged as a fallback: phase end checks it so */
+        ZT_CHECK(strstr(after.last_fallback_reason, c.coll->name) != NULL,
+                 "%s: rank %d: fallback reason \"%s\" does not name the "
+                 "collective", c.desc, c.rank, after.last_fallback_reason);
+    }
     else if (zcopy) {
-        ZT_CHECK(dz == 1 && df == 0, "%s: rank %d: expected zero-copy, got "
+        ZT_CHECK(dz == 1 && df == 0, "%s: rank %d: expected zero-copy%s, got "
                  "zcopy +%" PRIu64 " fallback +%" PRIu64 " (last reason: %s)",
-                 c.desc, c.rank, dz, df, after.last_fallback_reason);
-        ZT_CHECK(di == (expect_inline(&c) ? 1u : 0u), "%s: rank %d: inline "
-                 "+%" PRIu64 ", expected %d", c.desc, c.rank, di,
-                 expect_inline(&c));
+                 c.desc, c.rank, either ? " or a fallback \"in place across "
+                 "servers\"" : "", dz, df, after.last_fallback_reason);
+        if (!span)
+            ZT_CHECK(di == (expect_inline(&c) ? 1u : 0u), "%s: rank %d: "
+                     "inline +%" PRIu64 ", expected %d", c.desc, c.rank, di,
+                     expect_inline(&c));
+        else if (ph->spans)
+            ZT_CHECK(di == 0, "%s: rank %d: inline +%" PRIu64 " on a "
+                     "communicator that spans servers", c.desc, c.rank, di);
     }
     else {
         ZT_CHECK(dz == 0 && df == 1, "%s: rank %d: expected a fallback, got "
@@ -1327,34 +1369,66 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     }
     e = &ph->log[ph->nlog++];
     memcpy(e->desc, c.desc, sizeof(e->desc));
-    e->zcopy = zcopy && c.n >= 2;
+    e->coll = coll;
+    e->zcopy = zcopy && !fell_back && c.n >= 2;
+    e->either = either;
     e->inlined = di == 1;
     e->moves = c.coll->moves(&c);
     e->moved = (after.ipc_bytes + after.ucx_bytes) -
                (before.ipc_bytes + before.ucx_bytes);
+    e->ucx = after.ucx_bytes - before.ucx_bytes;
     e->reason_hash = e->zcopy ? 0 : fnv1a(after.last_fallback_reason);
+}
+
+/* On a communicator that spans servers, each collective that ran zero-copy
+ * with data to move sent some of it through UCX: summed over its calls (a
+ * call whose ranks all share a server, e.g. a bcast within one, may rightly
+ * move none) and over all ranks (either side may count a transfer). */
+static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
+{
+    uint64_t bytes[C_COUNT] = { 0 };
+    unsigned calls[C_COUNT] = { 0 };
+
+    for (size_t i = 0; i < ph->nlog; i++) {
+        const log_entry_t *e = &ph->log[i];
+        bytes[e->coll] += ucx[i];
+        calls[e->coll] += e->zcopy && e->moves;
+    }
+    for (int k = 0; k < C_COUNT; k++)
+        if (calls[k] > 0)
+            ZT_CHECK(bytes[k] > 0, "phase %s (n=%d, spans servers): %s: %u "
+                     "zero-copy calls with data to move, yet no byte through "
+                     "UCX (ucx_bytes summed over the calls and all ranks)",
+                     ph->name, ph->n, colls[k].name, calls[k]);
 }
 
 /* Per call, over all ranks: a zero-copy call that had data to move between
  * ranks moved some through mappings or UCX, one with nothing to move moved
  * nothing, a fallback moved nothing through zcopy, and every rank recorded
- * the same fallback reason. */
+ * the same fallback reason (and, where either path was acceptable, took the
+ * same path: a zero-copy call records reason 0). */
 static void phase_end(phase_t *ph)
 {
     const int m = (int)ph->nlog;
-    uint64_t *v = malloc(3 * (size_t)(m ? m : 1) * sizeof(uint64_t));
-    uint64_t *sum = malloc(3 * (size_t)(m ? m : 1) * sizeof(uint64_t));
+    uint64_t *v = malloc(4 * (size_t)(m ? m : 1) * sizeof(uint64_t));
+    uint64_t *sum = malloc(4 * (size_t)(m ? m : 1) * sizeof(uint64_t));
 
+    /* [moved | ucx] summed, [hash | ~hash] by min */
     for (int i = 0; i < m; i++) {
         v[i] = ph->log[i].moved;
-        v[m + i] = ph->log[i].reason_hash;
-        v[2 * m + i] = ~ph->log[i].reason_hash; /* max via min */
+        v[m + i] = ph->log[i].ucx;
+        v[2 * m + i] = ph->log[i].reason_hash;
+        v[3 * m + i] = ~ph->log[i].reason_hash; /* max via min */
     }
-    MPI_Allreduce(v, sum, m, MPI_UINT64_T, MPI_SUM, ph->comm);
-    MPI_Allreduce(v + m, sum + m, 2 * m, MPI_UINT64_T, MPI_MIN, ph->comm);
+    MPI_Allreduce(v, sum, 2 * m, MPI_UINT64_T, MPI_SUM, ph->comm);
+    MPI_Allreduce(v + 2 * m, sum + 2 * m, 2 * m, MPI_UINT64_T, MPI_MIN,
+                  ph->comm);
+    if (ph->spans && ph->rank == 0 && ph->n >= 2)
+        check_ucx_per_collective(ph, sum + m);
     for (int i = 0; i < m && ph->rank == 0 && ph->n >= 2; i++) {
         const log_entry_t *e = &ph->log[i];
-        uint64_t moved = sum[i], hmin = sum[m + i], hmax = ~sum[2 * m + i];
+        uint64_t moved = sum[i], hmin = sum[2 * m + i],
+                 hmax = ~sum[3 * m + i];
 
         if (!e->zcopy)
             ZT_CHECK(moved == 0, "%s: a fallback moved %" PRIu64
@@ -1368,9 +1442,10 @@ static void phase_end(phase_t *ph)
         else
             ZT_CHECK(moved == 0, "%s: moved %" PRIu64 " bytes though no "
                      "data crosses ranks", e->desc, moved);
-        if (!e->zcopy)
-            ZT_CHECK(hmin == hmax, "%s: ranks disagree on the fallback "
-                     "reason", e->desc);
+        if (!e->zcopy || e->either)
+            ZT_CHECK(hmin == hmax, "%s: ranks disagree on the %s", e->desc,
+                     e->either ? "path or the fallback reason"
+                               : "fallback reason");
     }
     free(v);
     free(sum);
@@ -1523,17 +1598,19 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-    if (argc != 2 || wsize > MAX_RANKS ||
+    if (argc < 2 || argc > 3 || wsize > MAX_RANKS ||
         (strcmp(argv[1], "activated") && strcmp(argv[1], "malloc") &&
-         strcmp(argv[1], "mixed"))) {
+         strcmp(argv[1], "mixed")) ||
+        (argc == 3 && strcmp(argv[2], "span"))) {
         if (wrank == 0)
-            fprintf(stderr, "usage: %s activated|malloc|mixed (at most %d "
-                    "ranks)\n", argv[0], MAX_RANKS);
+            fprintf(stderr, "usage: %s activated|malloc|mixed [span] (at most "
+                    "%d ranks)\n", argv[0], MAX_RANKS);
         MPI_Finalize();
         return 2;
     }
     mode = !strcmp(argv[1], "activated") ? MODE_ACTIVATED
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
+    span = argc == 3;
     /* A failing call is reported and checked, not fatal. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
@@ -1566,8 +1643,8 @@ int main(int argc, char **argv)
     run_phase(MPI_COMM_WORLD, "world", run_world);
     run_splits(wrank, wsize);
     if (wrank == 0)
-        printf("test_collectives %s: %lu calls per rank in %.1f s\n", argv[1],
-               total_calls, MPI_Wtime() - t0);
+        printf("test_collectives %s%s: %lu calls per rank in %.1f s\n",
+               argv[1], span ? " span" : "", total_calls, MPI_Wtime() - t0);
 
     for (size_t i = 0; i < NOPS; i++)
         if (ops[i].id == O_USER_MAX || ops[i].id == O_USER_MAX_NC)
