@@ -65,10 +65,10 @@ size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 }
 
 /* What this rank puts in its line: its input, or nothing. */
-static const void *inline_source(const zcopy_comm_t *zc,
-                                 const zcopy_coll_args_t *a,
-                                 const coll_plan_t *plan, size_t total,
-                                 size_t *len)
+const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
+                                     const zcopy_coll_args_t *a,
+                                     const coll_plan_t *plan, size_t total,
+                                     size_t *len)
 {
     const bool root = a->root == zc->rank;
 
@@ -88,9 +88,10 @@ static const void *inline_source(const zcopy_comm_t *zc,
 }
 
 /* Delivers the payloads of @lines into this rank's output. */
-static zcopy_status_t inline_deliver(zcopy_comm_t *zc,
-                                     const zcopy_coll_args_t *a,
-                                     const uint8_t *const *lines, size_t total)
+zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
+                                         const zcopy_coll_args_t *a,
+                                         const uint8_t *const *lines,
+                                         size_t total)
 {
     const int n = zc->size, r = zc->rank;
     const size_t block = a->type == ZCOPY_COLL_SCATTER ||
@@ -150,7 +151,7 @@ zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
     uint64_t seq;
     size_t len;
 
-    src = inline_source(zc, a, plan, total, &len);
+    src = zcopy_coll_inline_source(zc, a, plan, total, &len);
     seq = zcopy_ctl_inline_exchange(zc->ctl, plan->args.reason,
                                     eligible ? src : NULL, eligible ? len : 0);
     for (int r = 0; r < zc->size; r++) {
@@ -162,7 +163,7 @@ zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
         }
         lines[r] = line->data;
     }
-    ZCOPY_CHECK(inline_deliver(zc, a, lines, total));
+    ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, total));
     zc->stats.zcopy_calls++;
     zc->stats.inline_calls++;
     return ZCOPY_SUCCESS;

@@ -46,6 +46,17 @@ zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
 /* The tiny-collective path (inline.c): the per-rank payload when the call
  * takes it, else 0; then the call itself. */
 size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
+/* Its two halves, shared with the spanning path (span.c), which carries
+ * the payload in its arrival instead of a control line: what this rank
+ * sends (*len bytes at the result), and the delivery of every rank's. */
+const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
+                                     const zcopy_coll_args_t *a,
+                                     const coll_plan_t *plan, size_t total,
+                                     size_t *len);
+zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
+                                         const zcopy_coll_args_t *a,
+                                         const uint8_t *const *lines,
+                                         size_t total);
 zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
                                      const zcopy_coll_args_t *a,
                                      const coll_plan_t *plan, size_t total);

@@ -413,14 +413,25 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
 };
 
 /* This rank's arrival: the plan, plus the blocks under its buffers, which
- * peers in other groups need to reach them. */
-static void span_describe(const zcopy_coll_args_t *a, const coll_plan_t *plan,
+ * peers in other groups need to reach them; or, when every rank's payload
+ * is at most ZCOPY_CTL_INLINE_MAX bytes (@inline_total), the payload. */
+static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                          const coll_plan_t *plan, size_t inline_total,
                           zcopy_span_desc_t *d)
 {
-    memset(d, 0, sizeof(*d));
+    const void *src;
+    size_t len;
+
+    memset(d, 0, sizeof(*d) - sizeof(d->inl));
     d->args = plan->args;
     if (d->args.reason != REASON_NONE)
         return;
+    if (inline_total > 0) {
+        src = zcopy_coll_inline_source(zc, a, plan, inline_total, &len);
+        if (len > 0)
+            memcpy(d->inl, src, len);
+        return;
+    }
     /* Swapping blocks in place between servers needs a copy of one side
      * somewhere: not zero-copy, so the previous component does it. */
     if ((a->type == ZCOPY_COLL_ALLTOALL || a->type == ZCOPY_COLL_ALLTOALLV) &&
@@ -455,12 +466,15 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_span_algo_t sa = { .zc = zc, .sp = sp, .a = a, .rank = zc->rank,
                              .nranks = zc->size,
                              .comp = ZCOPY_UCX_COMP_INIT };
+    const uint8_t *lines[ZCOPY_CTL_MAX_RANKS];
     zcopy_span_desc_t mine;
+    size_t inline_total;
     coll_plan_t plan;
     char why[64];
 
     zcopy_coll_plan(zc, a, &al, &plan);
-    span_describe(a, &plan, &mine);
+    inline_total = zcopy_coll_inline_bytes(zc, a);
+    span_describe(zc, a, &plan, inline_total, &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
@@ -475,6 +489,16 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
                      zcopy_coll_reason_text[sp->descs[r].args.reason]);
             return zcopy_coll_fallback(zc, a->type, why);
         }
+    }
+    if (inline_total > 0) {
+        /* The payloads came with the arrivals: nobody reads a peer's
+         * buffer, so no sync follows (as in a server, inline.c). */
+        for (int r = 0; r < sp->nranks; r++)
+            lines[r] = sp->descs[r].inl;
+        ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, inline_total));
+        zc->stats.zcopy_calls++;
+        zc->stats.inline_calls++;
+        return ZCOPY_SUCCESS;
     }
     zc->stats.zcopy_calls++;
     if (a->type == ZCOPY_COLL_BARRIER)

@@ -22,11 +22,13 @@
 #include "path.h"
 #include "ucx/ucx.h"
 
-/* A rank's arrival: its arguments and the blocks under its buffers. */
+/* A rank's arrival: its arguments and the blocks under its buffers, or,
+ * for a tiny collective, its payload itself. */
 typedef struct {
     zcopy_ctl_args_t args;
     zcopy_ucx_block_desc_t sblock; /* size 0 when the send extent is empty */
     zcopy_ucx_block_desc_t rblock;
+    uint8_t inl[ZCOPY_CTL_INLINE_MAX];
 } zcopy_span_desc_t;
 
 typedef struct zcopy_span {
