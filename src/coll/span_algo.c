@@ -291,14 +291,23 @@ zcopy_status_t zcopy_span_bcast(zcopy_span_algo_t *sa)
     return SPAN_FINISH(sa);
 }
 
-/* The root fetches every block straight into its output. */
+/* Blocks of other groups: the root fetches them straight into its output.
+ * Its own group's ranks copy theirs in themselves through the mapping
+ * (gather), which spreads the copying; gatherv's displacements are known
+ * at the root only, so there the root copies those too. */
 zcopy_status_t zcopy_span_gather(zcopy_span_algo_t *sa)
 {
-    const int root = sa->a->root;
+    const int root = sa->a->root, me = sa->rank;
+    const bool v = sa->a->type == ZCOPY_COLL_GATHERV;
     size_t off, len;
 
-    for (int j = 0; j < sa->nranks && sa->rank == root; j++) {
-        if (j == root && in_place(sa, root))
+    if (!v && me != root && same_group(sa, root)) {
+        len = sa->a->scount * sa->ssize;
+        zcopy_span_put(sa, root, args_of(sa, root)->rbuf + (size_t)me * len,
+                       len, sa->a->sbuf);
+    }
+    for (int j = 0; j < sa->nranks && me == root; j++) {
+        if (j == root ? in_place(sa, root) : !v && same_group(sa, j))
             continue;
         gathered_block(sa, j, &off, &len);
         zcopy_span_get(sa, j, args_of(sa, j)->sbuf, len,
@@ -307,20 +316,27 @@ zcopy_status_t zcopy_span_gather(zcopy_span_algo_t *sa)
     return SPAN_FINISH(sa);
 }
 
-/* The root puts every block straight into its owner's output: it alone
- * knows where each block starts (scatterv's displacements). */
+/* scatter: every rank fetches its block from the root. scatterv: only the
+ * root knows where each block starts, so it puts every block straight into
+ * its owner's output. */
 zcopy_status_t zcopy_span_scatter(zcopy_span_algo_t *sa)
 {
     const zcopy_coll_args_t *a = sa->a;
-    const bool v = a->type == ZCOPY_COLL_SCATTERV;
-    const int root = a->root;
+    const int root = a->root, me = sa->rank;
+    size_t len, off;
 
-    for (int j = 0; j < sa->nranks && sa->rank == root; j++) {
-        size_t len = (v ? (size_t)a->scounts[j] : a->scount) * sa->ssize;
-        size_t off = v ? (size_t)a->sdispls[j] * sa->ssize : (size_t)j * len;
-
+    if (a->type == ZCOPY_COLL_SCATTER) {
+        len = a->rcount * sa->rsize;
+        if (me != root || !in_place(sa, root))
+            zcopy_span_get(sa, root, args_of(sa, root)->sbuf +
+                                         (size_t)me * len, len, a->rbuf);
+        return SPAN_FINISH(sa);
+    }
+    for (int j = 0; j < sa->nranks && me == root; j++) {
         if (j == root && in_place(sa, root))
             continue;
+        len = (size_t)a->scounts[j] * sa->ssize;
+        off = (size_t)a->sdispls[j] * sa->ssize;
         zcopy_span_put(sa, j, j == root ? (uint64_t)(uintptr_t)a->rbuf
                                         : args_of(sa, j)->rbuf,
                        len, (const uint8_t *)a->sbuf + off);
