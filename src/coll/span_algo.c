@@ -124,40 +124,132 @@ static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
     }
 }
 
-/* Each rank reduces its slice over all ranks, and gives the result to its
- * group; after a sync, each group fetches every other group's slices once,
- * shared among its members, and spreads them inside. */
+/* Where @j's server partial of an allreduce lies: in its output (stage 1
+ * wrote it there) when its group has several ranks, else its input is the
+ * partial already. */
+static uint64_t partial_base(const zcopy_span_algo_t *sa, int j)
+{
+    return zcopy_span_group_size(sa->sp, group_of(sa, j)) > 1
+               ? args_of(sa, j)->rbuf : args_of(sa, j)->sbuf;
+}
+
+/* Stage 2: the other groups' partials of elements [lo, hi) into the
+ * landing area, group t's at slot t (this group's slot stays free). Each
+ * group cut the vector into its own slices, so a range may come from
+ * several of its ranks. */
+static void fetch_partials(zcopy_span_algo_t *sa, uint8_t *landing,
+                           size_t lo, size_t hi)
+{
+    const zcopy_span_t *sp = sa->sp;
+    const size_t e = sa->ssize, count = sa->a->scount;
+
+    for (int t = 0; t < sp->ngroups; t++) {
+        const int nt = zcopy_span_group_size(sp, t);
+        uint8_t *slot = landing + (size_t)t * (hi - lo) * e;
+
+        for (int k = 0; k < nt && t != group_of(sa, sa->rank); k++) {
+            int j = zcopy_span_member(sp, t, k);
+            size_t a, b;
+
+            zcopy_slice(count, e, k, nt, &a, &b);
+            a = a > lo ? a : lo;
+            b = b < hi ? b : hi;
+            if (a < b)
+                zcopy_span_get(sa, j, partial_base(sa, j) + a * e,
+                               (b - a) * e, slot + (a - lo) * e);
+        }
+    }
+}
+
+/* dst[0 .. count) = the reduction of this group's inputs at byte @off,
+ * this rank's first (in place, dst is its alias). */
+static void owner_reduce_group(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
+                               size_t count)
+{
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const zcopy_span_t *sp = sa->sp;
+    const int g = group_of(sa, sa->rank), m = my_group_size(sa);
+    const size_t e = sa->ssize, chunk = zcopy_chunk_elems(e);
+    uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
+
+    if (count == 0)
+        return;
+    for (int k = 0; k < m; k++) {
+        int j = zcopy_span_member(sp, g, sp->index[sa->rank] + k);
+        ins[k] = zcopy_span_map(sa, j, args_of(sa, j)->sbuf + off,
+                                count * e);
+        if (j != sa->rank)
+            sa->ipc_bytes += count * e;
+    }
+    for (size_t at = 0; at < count && !sa->failed; at += chunk) {
+        size_t len = count - at < chunk ? count - at : chunk;
+        for (int k = 0; k < m; k++)
+            srcs[k] = ins[k] + at * e;
+        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, m,
+                         len) != ZCOPY_SUCCESS)
+            sa->failed = true;
+    }
+}
+
+/* Hierarchical (SPEC section 6):
+ *   1. inside each group, rank i reduces slice i (of its group's cut) of
+ *      the group's inputs into its output: the group's partial;
+ *   2. it fetches the same elements' partials from the other groups, each
+ *      crossing between groups once;
+ *   3. it reduces the partials in group order, the same order on every
+ *      server, so every rank gets bitwise the same result, and gives the
+ *      result to its group.
+ * A rank alone in its group has its input as its partial. The partials
+ * land next to each other in the landing area; the result goes straight
+ * to the output when no partial still needed lives there. */
 zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 {
     const zcopy_span_t *sp = sa->sp;
-    const int n = sa->nranks, me = sa->rank, g = group_of(sa, me);
+    const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
     const size_t e = sa->ssize, count = sa->a->scount;
-    uint8_t *out = sa->a->rbuf;
-    size_t lo, hi;
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const bool own_partial_in_output = m > 1 || in_place(sa, me);
+    const bool direct = g == 0 || !own_partial_in_output;
+    uint8_t *out = sa->a->rbuf, *landing = NULL, *dst;
+    size_t lo, hi, len;
 
-    zcopy_slice(count, e, me, n, &lo, &hi);
-    owner_reduce(sa, out + lo * e, me, lo * e, hi - lo);
-    share_in_group(sa, out, lo * e, (hi - lo) * e);
-    if (zcopy_span_sync(sa))
+    zcopy_slice(count, e, sp->index[me], m, &lo, &hi);
+    len = hi - lo;
+    if (m > 1)
+        owner_reduce_group(sa, out + lo * e, lo * e, len);
+    if (sp->max_group > 1 && zcopy_span_sync(sa))
         return ZCOPY_ERR_INTERNAL;
 
-    for (int o = 0; o < n; o++) {
-        int from;
+    if (len > 0)
+        landing = zcopy_span_landing(sa, (size_t)sp->ngroups * len * e);
+    if (landing != NULL)
+        fetch_partials(sa, landing, lo, hi);
+    if (zcopy_span_sync(sa)) /* nobody reads a partial any more */
+        return ZCOPY_ERR_INTERNAL;
 
-        if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
-            continue;
-        /* Any member of o's group holds the slice now; spread the load. */
-        from = zcopy_span_member(sp, group_of(sa, o), sp->index[me]);
-        zcopy_slice(count, e, o, n, &lo, &hi);
-        zcopy_span_get(sa, from, args_of(sa, from)->rbuf + lo * e,
-                       (hi - lo) * e, out + lo * e);
-    }
-    zcopy_span_complete(sa);
-    for (int o = 0; o < n && my_group_size(sa) > 1; o++) {
-        if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
-            continue;
-        zcopy_slice(count, e, o, n, &lo, &hi);
-        share_in_group(sa, out, lo * e, (hi - lo) * e);
+    if (landing != NULL && !sa->failed) {
+        const size_t chunk = zcopy_chunk_elems(e);
+        const uint8_t *own = own_partial_in_output
+                                 ? out + lo * e
+                                 : (const uint8_t *)(uintptr_t)
+                                       args_of(sa, me)->sbuf + lo * e;
+
+        /* In group 0 the own partial is the first operand, which the
+         * output may alias; elsewhere the result is built in this group's
+         * free slot and then copied. */
+        dst = direct ? out + lo * e : landing + (size_t)g * len * e;
+        for (size_t at = 0; at < len && !sa->failed; at += chunk) {
+            size_t n = len - at < chunk ? len - at : chunk;
+            for (int t = 0; t < sp->ngroups; t++)
+                srcs[t] = (t == g ? own : landing + (size_t)t * len * e) +
+                          at * e;
+            if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs,
+                             sp->ngroups, n) != ZCOPY_SUCCESS)
+                sa->failed = true;
+        }
+        if (!direct)
+            zcopy_copy(out + lo * e, dst, len * e);
+        share_in_group(sa, out, lo * e, len * e);
     }
     return SPAN_FINISH(sa);
 }
