@@ -236,7 +236,8 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 
         /* In group 0 the own partial is the first operand, which the
          * output may alias; elsewhere the result is built in this group's
-         * free slot and then copied. */
+         * free slot and then copied. Each step's result is copied out
+         * while it is still in cache. */
         dst = direct ? out + lo * e : landing + (size_t)g * len * e;
         for (size_t at = 0; at < len && !sa->failed; at += chunk) {
             size_t n = len - at < chunk ? len - at : chunk;
@@ -246,10 +247,10 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
             if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs,
                              sp->ngroups, n) != ZCOPY_SUCCESS)
                 sa->failed = true;
+            if (!direct)
+                memcpy(out + (lo + at) * e, dst + at * e, n * e);
+            share_in_group(sa, out, (lo + at) * e, n * e);
         }
-        if (!direct)
-            zcopy_copy(out + lo * e, dst, len * e);
-        share_in_group(sa, out, lo * e, len * e);
     }
     return SPAN_FINISH(sa);
 }
