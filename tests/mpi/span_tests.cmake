@@ -5,3 +5,13 @@ zcopy_add_mpi_test(NAME mpi.span_remap.vservers.np4 TARGET test_span_remap
                    NP 4 MCA coll_zcopy_virtual_servers=2 LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_remap.ucx.np2 TARGET test_span_remap
                    NP 2 MCA coll_zcopy_transport=ucx LABELS span)
+
+# The same at coll_zcopy_verbose 30, which logs each remote key that a new
+# activation at the same address retires: at least one must be retired
+# (PASS), and the checks must still hold (FAIL: a failed count, an error).
+zcopy_add_mpi_test(NAME mpi.span_remap.ucx.keys.np2 TARGET test_span_remap
+                   NP 2 MCA coll_zcopy_transport=ucx coll_zcopy_verbose=30
+                   LABELS span)
+set_tests_properties(mpi.span_remap.ucx.keys.np2 PROPERTIES
+  PASS_REGULAR_EXPRESSION "key of generation [0-9]+ retired by generation"
+  FAIL_REGULAR_EXPRESSION " [1-9][0-9]* failed|zcopy:[0-9]+\\] [a-z]+ error|non-zero|signal")
