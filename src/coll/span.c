@@ -15,9 +15,8 @@
 typedef struct {
     zcopy_topo_rank_t where;      /* which server */
     zcopy_ipc_id_t ipc;           /* how its group maps its memory */
-    int32_t status;               /* UCX started, address known */
     uint32_t address_len;         /* of its UCX worker address */
-    uint64_t reserved;
+    uint32_t reserved[3];
 } span_hello_t;
 static_assert(sizeof(span_hello_t) == 64, "exchanged between processes");
 
@@ -83,13 +82,13 @@ static zcopy_span_t *span_alloc(int rank, int n)
  * transport=ucx every rank is a group of its own. */
 static void span_group(zcopy_span_t *sp, const span_hello_t *all)
 {
+    const bool one_per_rank = zcopy_config.transport == ZCOPY_TRANSPORT_UCX;
     const int n = sp->nranks;
-    int *count = calloc((size_t)n, sizeof(int)), at = 0;
 
     for (int r = 0; r < n; r++) {
         int g = sp->ngroups;
-        for (int q = 0; q < r && zcopy_config.transport != ZCOPY_TRANSPORT_UCX;
-             q++) {
+
+        for (int q = 0; q < r && !one_per_rank; q++) {
             if (same_server(&all[q], &all[r])) {
                 g = sp->group[q];
                 break;
@@ -98,18 +97,16 @@ static void span_group(zcopy_span_t *sp, const span_hello_t *all)
         if (g == sp->ngroups)
             sp->ngroups++;
         sp->group[r] = g;
+        sp->index[r] = sp->group_start[g + 1]++; /* a count until below */
     }
-    for (int r = 0; r < n; r++)
-        sp->index[r] = count[sp->group[r]]++;
     for (int g = 0; g < sp->ngroups; g++) {
-        sp->group_start[g] = at;
-        at += count[g];
-        sp->max_group = count[g] > sp->max_group ? count[g] : sp->max_group;
+        int size = sp->group_start[g + 1];
+
+        sp->max_group = size > sp->max_group ? size : sp->max_group;
+        sp->group_start[g + 1] = sp->group_start[g] + size;
     }
-    sp->group_start[sp->ngroups] = at;
     for (int r = 0; r < n; r++)
         sp->members[sp->group_start[sp->group[r]] + sp->index[r]] = r;
-    free(count);
 }
 
 static zcopy_status_t span_connect(zcopy_span_t *sp, const span_hello_t *all,
@@ -129,28 +126,25 @@ static zcopy_status_t span_connect(zcopy_span_t *sp, const span_hello_t *all,
     return ZCOPY_SUCCESS;
 }
 
-/* All ranks agree that everyone reached @st == success; else *reason. */
+/* All ranks agree that everyone reached @st == success; else *reason.
+ * Needs no memory of its own: a rank that ran out of it must still take
+ * part, or the others would wait for it forever. */
 static zcopy_status_t span_agree(zcopy_comm_t *zc, zcopy_status_t st,
                                  const char *what, char *reason,
                                  size_t reason_len)
 {
-    int32_t ok = st, *oks = calloc((size_t)zc->size, sizeof(*oks));
+    int32_t ok = st, oks[ZCOPY_CTL_MAX_RANKS];
 
-    if (oks == NULL ||
-        zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS) {
-        free(oks);
+    if (zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS) {
         snprintf(reason, reason_len, "setup agreement failed");
         return ZCOPY_ERR_INTERNAL;
     }
     for (int r = 0; r < zc->size; r++) {
         if (oks[r] != ZCOPY_SUCCESS) {
             snprintf(reason, reason_len, "%s failed on rank %d", what, r);
-            st = oks[r];
-            free(oks);
-            return st;
+            return oks[r];
         }
     }
-    free(oks);
     return ZCOPY_SUCCESS;
 }
 
@@ -161,18 +155,16 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     const void *address = NULL;
     size_t address_len = 0, stride = 0;
     uint8_t *own = NULL, *addresses = NULL;
-    zcopy_span_t *sp = span_alloc(zc->rank, zc->size);
-    zcopy_status_t st = sp ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+    zcopy_span_t *sp;
+    zcopy_status_t st;
 
-    all = calloc((size_t)zc->size, sizeof(*all));
-    if (all == NULL)
-        st = ZCOPY_ERR_NOMEM;
-    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* same on every rank */
+    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
         snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
-        zcopy_span_destroy(sp);
-        free(all);
         return ZCOPY_ERR_UNSUPPORTED;
     }
+    sp = span_alloc(zc->rank, zc->size);
+    all = calloc((size_t)zc->size, sizeof(*all));
+    st = sp && all ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
     zcopy_topo_rank_self(&mine.where);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
@@ -185,7 +177,6 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     if (st != ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_WARN, "ucx", "rank %d: %s", zc->rank,
                   zcopy_error_detail());
-    mine.status = st;
     mine.address_len = (uint32_t)address_len;
     st = span_agree(zc, st, "starting UCX", reason, reason_len);
     if (st != ZCOPY_SUCCESS)
@@ -201,11 +192,10 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
         stride = all[r].address_len > stride ? all[r].address_len : stride;
     own = calloc(1, stride);
     addresses = calloc((size_t)zc->size, stride);
-    if (own == NULL || addresses == NULL) {
-        snprintf(reason, reason_len, "setup: out of memory");
-        st = ZCOPY_ERR_NOMEM;
+    st = own && addresses ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+    st = span_agree(zc, st, "setup (out of memory)", reason, reason_len);
+    if (st != ZCOPY_SUCCESS)
         goto out;
-    }
     memcpy(own, address, address_len);
     if (zc->ops.allgather(own, addresses, stride, zc->ops.ctx) != MPI_SUCCESS) {
         snprintf(reason, reason_len, "worker address exchange failed");

@@ -8,13 +8,16 @@
  * each byte crosses between the groups once, and the group then copies it
  * among itself through mappings, so every rank keeps a link busy.
  *
- * Reductions: every element is reduced by exactly one rank, reading its
- * own group's inputs through mappings and the other groups' through UCX
- * gets into the communicator's landing area, which the reduction then
- * reads. That one copy of remote operands is the only one: a reduction
- * needs both operands in its own memory, and when the inputs are also the
- * outputs (MPI_IN_PLACE) there is no free part of the user's buffers to
- * receive them in.
+ * Reductions: every element is reduced by exactly one rank per group, in
+ * an order that is the same everywhere, so all ranks get bitwise the same
+ * result. Allreduce is hierarchical (each group reduces its own inputs
+ * first, and only those partials cross between groups); reduce and
+ * reduce_scatter read every input where it lies. Operands from another
+ * group come by UCX get into the communicator's landing area, which the
+ * reduction then reads. That copy of remote operands is the only one: a
+ * reduction needs both operands in its own memory, and when the inputs
+ * are also the outputs (MPI_IN_PLACE) there is no free part of the user's
+ * buffers to receive them in.
  *
  * Like the server-only algorithms, every rank passes the same syncs
  * whatever its role, so a failure on one rank never hangs the others.
@@ -58,9 +61,8 @@ static bool spreads(const zcopy_span_algo_t *sa)
     return sa->sp->ngroups > 1 && sa->sp->max_group > 1;
 }
 
-/* Copies [@off, +@len) of this rank's buffer at @base into the same place
- * of every other member of its group (whose buffers start at their own
- * @rbuf as they announced it). */
+/* Copies [@off, +@len) of this rank's output @own into the same place of
+ * every other member's output in its group. */
 static void share_in_group(zcopy_span_algo_t *sa, const uint8_t *own,
                            size_t off, size_t len)
 {
