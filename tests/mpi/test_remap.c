@@ -44,15 +44,6 @@ static char *res;                 /* the reservation, set as a range */
 static MPI_Comm other;            /* dup of WORLD with zcopy: "any comm" */
 static MPI_Comm quiet;            /* dup of WORLD without zcopy: ordering */
 
-static void require(bool ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "[rank %d] fixture step failed: %s (%s)\n", rank,
-                what, zcopy_mem_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-}
-
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /* --- what the process holds ---------------------------------------------- */
@@ -190,20 +181,21 @@ static zcopy_mem_handle_t activate_new(void *va, size_t bytes)
 {
     zcopy_mem_handle_t h;
 
-    require(zcopy_mem_create(&h, bytes, &host, 0) == ZCOPY_SUCCESS, "create");
-    require(zcopy_mem_map(va, bytes, 0, h, 0) == ZCOPY_SUCCESS, "map");
-    require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, va, bytes, 0, h, 0) ==
-                MPI_SUCCESS, "activate");
+    zt_require(zcopy_mem_create(&h, bytes, &host, 0) == ZCOPY_SUCCESS,
+               "create");
+    zt_require(zcopy_mem_map(va, bytes, 0, h, 0) == ZCOPY_SUCCESS, "map");
+    zt_require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, va, bytes, 0, h, 0) ==
+               MPI_SUCCESS, "activate");
     return h;
 }
 
 /* The whole inverse: afterwards the pages live only in peers' imports. */
 static void release(void *va, zcopy_mem_handle_t h)
 {
-    require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, va) == MPI_SUCCESS,
-            "deactivate");
-    require(zcopy_mem_unmap(va) == ZCOPY_SUCCESS, "unmap");
-    require(zcopy_mem_free(h) == ZCOPY_SUCCESS, "free");
+    zt_require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, va) == MPI_SUCCESS,
+               "deactivate");
+    zt_require(zcopy_mem_unmap(va) == ZCOPY_SUCCESS, "unmap");
+    zt_require(zcopy_mem_free(h) == ZCOPY_SUCCESS, "free");
 }
 
 /* --- 1. remap at the same address ---------------------------------------- */
@@ -294,15 +286,16 @@ static void test_churn(int fd0)
     long bad;
     MPIX_Zcopy_stats s0, s1;
 
-    require(zcopy_mem_create(&h, block_bytes, &host, 0) == ZCOPY_SUCCESS,
-            "create");
-    require(zcopy_mem_map(res, block_bytes, 0, h, 0) == ZCOPY_SUCCESS, "map");
+    zt_require(zcopy_mem_create(&h, block_bytes, &host, 0) == ZCOPY_SUCCESS,
+               "create");
+    zt_require(zcopy_mem_map(res, block_bytes, 0, h, 0) == ZCOPY_SUCCESS,
+               "map");
     s0 = zt_stats(MPI_COMM_WORLD);
     for (int k = 0; k < CHURN_CYCLES; k++) {
         for (size_t i = 0; i < count; i++)
             b.ag_s[i] = val(k, rank, i);
-        require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, block_bytes, 0,
-                                          h, 0) == MPI_SUCCESS, "activate");
+        zt_require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, block_bytes,
+                   0, h, 0) == MPI_SUCCESS, "activate");
         /* Allgather reads every peer's block: a fresh import each cycle,
          * since each activation is a new generation. */
         if (MPI_Allgather(b.ag_s, (int)count, MPI_INT, b.ag_r, (int)count,
@@ -316,8 +309,8 @@ static void test_churn(int fd0)
         maps = block_maps();
         if (maps != nranks)
             bad_maps++;
-        require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, res) ==
-                    MPI_SUCCESS, "deactivate");
+        zt_require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, res) ==
+                   MPI_SUCCESS, "deactivate");
     }
     s1 = zt_stats(MPI_COMM_WORLD);
     ZT_CHECK(bad_rc == 0, "%d of %d churn allgathers failed", bad_rc,
@@ -340,8 +333,8 @@ static void test_churn(int fd0)
              "still mapped)", maps);
     ZT_CHECK(fds == fd0 + 1, "after churn: %d fds, expected %d (start + the "
              "handle)", fds, fd0 + 1);
-    require(zcopy_mem_unmap(res) == ZCOPY_SUCCESS, "unmap");
-    require(zcopy_mem_free(h) == ZCOPY_SUCCESS, "free");
+    zt_require(zcopy_mem_unmap(res) == ZCOPY_SUCCESS, "unmap");
+    zt_require(zcopy_mem_free(h) == ZCOPY_SUCCESS, "free");
 }
 
 /* --- 4. a buffer across two adjacent blocks ------------------------------ */
@@ -415,17 +408,16 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
-    require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS,
-            "granularity");
+    zt_require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS,
+               "granularity");
     block_bytes = round_up(NBUF_UNITS * MAX_COUNT * sizeof(int), gran);
     span_bytes = round_up(SPAN_BYTES, gran);
-    require(4 + 3 * (size_t)nranks <= NBUF_UNITS, "at most 4 ranks");
-    require(zcopy_mem_reserve(&p, block_bytes + 2 * span_bytes, 0, NULL, 0) ==
-                ZCOPY_SUCCESS, "reserve");
+    zt_require(4 + 3 * (size_t)nranks <= NBUF_UNITS, "at most 4 ranks");
+    zt_require(zcopy_mem_reserve(&p, block_bytes + 2 * span_bytes, 0, NULL, 0)
+               == ZCOPY_SUCCESS, "reserve");
     res = p;
-    require(MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res,
-                                       block_bytes + 2 * span_bytes, 0, 0) ==
-                MPI_SUCCESS, "set range");
+    zt_require(MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res, block_bytes + 2
+               * span_bytes, 0, 0) == MPI_SUCCESS, "set range");
 
     MPI_Comm_dup(MPI_COMM_WORLD, &other);
     MPI_Info_create(&info);
@@ -456,9 +448,9 @@ int main(int argc, char **argv)
     test_churn(fd0);
     test_span();
 
-    require(MPIX_Comm_unset_memory_range(MPI_COMM_WORLD, res) == MPI_SUCCESS,
-            "unset range");
-    require(zcopy_mem_release(res) == ZCOPY_SUCCESS, "release");
+    zt_require(MPIX_Comm_unset_memory_range(MPI_COMM_WORLD, res) ==
+               MPI_SUCCESS, "unset range");
+    zt_require(zcopy_mem_release(res) == ZCOPY_SUCCESS, "release");
     everyone_done();
     MPI_Comm_free(&other);
     MPI_Comm_free(&quiet);

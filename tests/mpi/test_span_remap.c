@@ -44,15 +44,6 @@ static char *res;                 /* the reservation, set as a range */
 static MPI_Comm other;            /* dup of WORLD with zcopy: "any comm" */
 static MPI_Comm quiet;            /* dup of WORLD without zcopy */
 
-static void require(bool ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "[rank %d] fixture step failed: %s (%s)\n", rank,
-                what, zcopy_mem_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-}
-
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /* --- data ---------------------------------------------------------------- */
@@ -208,14 +199,14 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
-    require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS,
-            "granularity");
+    zt_require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS,
+               "granularity");
     block_bytes = round_up(layout_bytes(), gran);
-    require(zcopy_mem_reserve(&p, block_bytes, 0, NULL, 0) == ZCOPY_SUCCESS,
-            "reserve");
+    zt_require(zcopy_mem_reserve(&p, block_bytes, 0, NULL, 0) == ZCOPY_SUCCESS,
+               "reserve");
     res = p;
-    require(MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res, block_bytes, 0,
-                                       0) == MPI_SUCCESS, "set range");
+    zt_require(MPIX_Comm_set_memory_range(MPI_COMM_WORLD, res, block_bytes, 0,
+               0) == MPI_SUCCESS, "set range");
     MPI_Comm_dup(MPI_COMM_WORLD, &other);
     MPI_Info_create(&info);
     MPI_Info_set(info, MPIX_ZCOPY_INFO_KEY, "false");
@@ -227,12 +218,12 @@ int main(int argc, char **argv)
         zcopy_mem_handle_t h;
 
         /* Fresh physical memory, at the same address every cycle. */
-        require(zcopy_mem_create(&h, block_bytes, &host, 0) == ZCOPY_SUCCESS,
-                "create");
-        require(zcopy_mem_map(res, block_bytes, 0, h, 0) == ZCOPY_SUCCESS,
-                "map");
-        require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, block_bytes, 0,
-                                          h, 0) == MPI_SUCCESS, "activate");
+        zt_require(zcopy_mem_create(&h, block_bytes, &host, 0) ==
+                   ZCOPY_SUCCESS, "create");
+        zt_require(zcopy_mem_map(res, block_bytes, 0, h, 0) == ZCOPY_SUCCESS,
+                   "map");
+        zt_require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, res, block_bytes,
+                   0, h, 0) == MPI_SUCCESS, "activate");
         activated = 0;
         MPIX_Zcopy_query(MPI_COMM_WORLD, res, block_bytes, &activated);
         ZT_CHECK(activated == 1, "cycle %d: rank %d: block not reported "
@@ -240,10 +231,10 @@ int main(int argc, char **argv)
 
         run_cycle(res, k, ucx[k]);
 
-        require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, res) ==
-                    MPI_SUCCESS, "deactivate");
-        require(zcopy_mem_unmap(res) == ZCOPY_SUCCESS, "unmap");
-        require(zcopy_mem_free(h) == ZCOPY_SUCCESS, "free");
+        zt_require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, res) ==
+                   MPI_SUCCESS, "deactivate");
+        zt_require(zcopy_mem_unmap(res) == ZCOPY_SUCCESS, "unmap");
+        zt_require(zcopy_mem_free(h) == ZCOPY_SUCCESS, "free");
         /* Odd cycles: peers hear of the free through a collective on another
          * communicator first; even cycles: only at the next cycle's. */
         if (k & 1)
@@ -272,9 +263,9 @@ int main(int argc, char **argv)
              rank, (unsigned long long)(end.zcopy_calls - start.zcopy_calls),
              3 * CYCLES);
 
-    require(MPIX_Comm_unset_memory_range(MPI_COMM_WORLD, res) == MPI_SUCCESS,
-            "unset range");
-    require(zcopy_mem_release(res) == ZCOPY_SUCCESS, "release");
+    zt_require(MPIX_Comm_unset_memory_range(MPI_COMM_WORLD, res) ==
+               MPI_SUCCESS, "unset range");
+    zt_require(zcopy_mem_release(res) == ZCOPY_SUCCESS, "release");
     MPI_Comm_free(&other);
     MPI_Comm_free(&quiet);
     return zt_finish();

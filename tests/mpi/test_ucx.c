@@ -77,15 +77,6 @@ static struct {
     uint64_t generation;
 } me;
 
-static void require(bool ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "[rank %d] fixture step failed: %s (%s)\n", rank,
-                what, zcopy_mem_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-}
-
 static double now(void)
 {
     struct timespec ts;
@@ -148,15 +139,15 @@ static void block_map(uint64_t generation)
 {
     char *va = me.res;
 
-    require(zcopy_mem_create(&me.handle, BLOCK, &host, 0) == ZCOPY_SUCCESS,
-            "create");
-    require(zcopy_mem_map(va, BLOCK, 0, me.handle, 0) == ZCOPY_SUCCESS,
-            "map");
+    zt_require(zcopy_mem_create(&me.handle, BLOCK, &host, 0) == ZCOPY_SUCCESS,
+               "create");
+    zt_require(zcopy_mem_map(va, BLOCK, 0, me.handle, 0) == ZCOPY_SUCCESS,
+               "map");
     fill(va + SRC, BIG, rank, generation, 0, 0);
     memset(va + PUTIN, 0xee, BIG);
     memset(va + GETIN, 0xee, BIG);
-    require(zcopy_ucx_mem_register(va, BLOCK, ZCOPY_MEM_HOST, &me.mem) ==
-                ZCOPY_SUCCESS, "register");
+    zt_require(zcopy_ucx_mem_register(va, BLOCK, ZCOPY_MEM_HOST, &me.mem) ==
+               ZCOPY_SUCCESS, "register");
     me.generation = generation;
 }
 
@@ -165,8 +156,8 @@ static void block_unmap(void)
 {
     zcopy_ucx_mem_unregister(me.mem);
     me.mem = NULL;
-    require(zcopy_mem_unmap(me.res) == ZCOPY_SUCCESS, "unmap");
-    require(zcopy_mem_free(me.handle) == ZCOPY_SUCCESS, "free");
+    zt_require(zcopy_mem_unmap(me.res) == ZCOPY_SUCCESS, "unmap");
+    zt_require(zcopy_mem_free(me.handle) == ZCOPY_SUCCESS, "free");
 }
 
 /* Every rank's descriptor, worker address and key, to every rank. Blocking
@@ -180,8 +171,8 @@ static void exchange(void)
     char *mine, *all;
     desc_t d;
 
-    require(zcopy_ucx_worker_address(&address, &address_len) ==
-                ZCOPY_SUCCESS, "worker address");
+    zt_require(zcopy_ucx_worker_address(&address, &address_len) ==
+               ZCOPY_SUCCESS, "worker address");
     zcopy_ucx_mem_packed_rkey(me.mem, &rkey, &rkey_len);
     d = (desc_t){ .key = { .host = (uint64_t)gethostid(),
                            .pid = (uint64_t)getpid() },
@@ -242,8 +233,8 @@ static void take_keys(void)
 
         if (r == rank)
             continue;
-        require(zcopy_ucx_rkey_get(peer->ep, &remote, &peer->rk) ==
-                    ZCOPY_SUCCESS, "rkey get");
+        zt_require(zcopy_ucx_rkey_get(peer->ep, &remote, &peer->rk) ==
+                   ZCOPY_SUCCESS, "rkey get");
         ZT_CHECK(zcopy_ucx_rkey_get(peer->ep, &remote, &again) ==
                      ZCOPY_SUCCESS && again == peer->rk,
                  "the key of generation %llu of rank %d is cached",
@@ -264,9 +255,9 @@ static void connect_peers(void)
 
         if (r == rank)
             continue;
-        require(zcopy_ucx_ep_get(&peer->desc.key, peer->address,
-                                 peer->desc.address_len, &peer->ep) ==
-                    ZCOPY_SUCCESS, "endpoint");
+        zt_require(zcopy_ucx_ep_get(&peer->desc.key, peer->address,
+                   peer->desc.address_len, &peer->ep) == ZCOPY_SUCCESS,
+                   "endpoint");
         /* A second communicator reaching the same process. */
         ZT_CHECK(zcopy_ucx_ep_get(&peer->desc.key, peer->address,
                                   peer->desc.address_len, &again) ==
@@ -381,7 +372,7 @@ static void transfer_big(void)
     char *got = malloc(BIG), *out = malloc(BIG);
     double t_get, t_put;
 
-    require(got != NULL && out != NULL, "malloc");
+    zt_require(got != NULL && out != NULL, "malloc");
     memset(got, 0xee, BIG);
     fill(out, BIG, rank, me.generation, 1, 0);
     memset(me.res + PUTIN, 0xee, BIG);
@@ -487,7 +478,7 @@ static void teardown(void)
     zcopy_ucx_counts(&c);
     ZT_CHECK(!c.live, "cleanup destroys the worker");
     ZT_CHECK(zcopy_ucx_progress() == 0, "progress after cleanup is a no-op");
-    require(zcopy_mem_release(me.res) == ZCOPY_SUCCESS, "release");
+    zt_require(zcopy_mem_release(me.res) == ZCOPY_SUCCESS, "release");
     for (int r = 0; r < nranks; r++) {
         free(peers[r].address);
         free(peers[r].rkey);
@@ -504,7 +495,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    require(nranks >= 2 && (size_t)nranks <= MAX_RANKS, "2..14 ranks");
+    zt_require(nranks >= 2 && (size_t)nranks <= MAX_RANKS, "2..14 ranks");
     MPI_Info_create(&info);
     MPI_Info_set(info, "mpix_zcopy", "false");
     MPI_Comm_dup_with_info(MPI_COMM_WORLD, info, &comm);
@@ -516,8 +507,8 @@ int main(int argc, char **argv)
              "nothing of UCX exists before the first use");
 
     peers = calloc((size_t)nranks, sizeof(*peers));
-    require(zcopy_mem_reserve((void **)&me.res, BLOCK, 0, NULL, 0) ==
-                ZCOPY_SUCCESS, "reserve");
+    zt_require(zcopy_mem_reserve((void **)&me.res, BLOCK, 0, NULL, 0) ==
+               ZCOPY_SUCCESS, "reserve");
     block_map(1);
     exchange();
     connect_peers();

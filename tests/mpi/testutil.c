@@ -80,6 +80,18 @@ bool zt_check_at(bool cond, const char *file, int line, const char *fmt, ...)
     return false;
 }
 
+void zt_require(bool ok, const char *what)
+{
+    int rank = -1;
+
+    if (ok)
+        return;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "[rank %d] fixture step failed: %s (%s)\n", rank, what,
+            zcopy_mem_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
 int zt_finish(void)
 {
     unsigned long mine[2] = { zt_passed, zt_failed }, all[2];

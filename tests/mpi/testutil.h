@@ -47,6 +47,10 @@ extern unsigned long zt_passed, zt_failed;
  * checked nothing fails. */
 int zt_finish(void);
 
+/* A fixture step that must work for the test to mean anything: on failure,
+ * says which (with the memory layer's last error) and aborts the job. */
+void zt_require(bool ok, const char *what);
+
 MPIX_Zcopy_stats zt_stats(MPI_Comm comm);
 
 #endif
