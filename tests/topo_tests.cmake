@@ -11,6 +11,10 @@ foreach(vs 1 2)
     ARGS --virtual-servers ${vs}
     MCA coll_zcopy_virtual_servers=${vs} LABELS topo)
 endforeach()
+# coll_zcopy_transport=ipc: never UCX; spanning communicators fall back.
+zcopy_add_mpi_test(NAME mpi.topology.vs2.ipc.np4 TARGET test_topology NP 4
+  ARGS --virtual-servers 2 --transport-ipc
+  MCA coll_zcopy_virtual_servers=2 coll_zcopy_transport=ipc LABELS topo)
 zcopy_add_mpi_test(NAME mpi.topology.vs2.np5 TARGET test_topology NP 5
   ARGS --virtual-servers 2
   MCA coll_zcopy_virtual_servers=2 LABELS topo)

@@ -9,12 +9,15 @@
  *      split, and on a reversed split of that split, run zero-copy through
  *      peer mappings. On WORLD and on an interleaved split they run
  *      zero-copy too: through mappings when V = 1, and also through UCX
- *      (ucx_bytes grows) when they span servers.
+ *      (ucx_bytes grows) when they span servers; with --transport-ipc (run
+ *      under coll_zcopy_transport=ipc) those fall back with a reason
+ *      containing "spans servers" instead, and stay correct.
  *   2. Memory activated by ranks 0 and 1 only, with the range set on their
  *      own split. Collectives there run zero-copy; on a split of ranks 0
  *      and 2, where rank 2's buffers are plain memory, they fall back, on
  *      both ranks with the same reason, "rank 1 send buffer not activated",
- *      whether 0 and 2 share a server or not.
+ *      whether 0 and 2 share a server or not (under --transport-ipc,
+ *      "spans servers" when they do not).
  *   3. With --expect-map (run under coll_zcopy_verbose 10): stderr is
  *      captured from before MPI_Init; the first process of each server
  *      printed the server map of MPI_COMM_WORLD exactly once, with its
@@ -35,6 +38,7 @@
                                     threshold */
 
 static int wrank, wsize, virtual_servers = 1, block;
+static bool transport_ipc;       /* --transport-ipc: coll_zcopy_transport=ipc */
 
 typedef struct {
     int *s, *r;                   /* MAX_RANKS * BIG_COUNT ints each */
@@ -140,6 +144,13 @@ typedef enum {
     PATH_FALLBACK
 } path_t;
 
+/* A communicator that spans servers goes through UCX, or, under
+ * coll_zcopy_transport=ipc, falls back ("spans servers"). */
+static path_t spanning_path(void)
+{
+    return transport_ipc ? PATH_FALLBACK : PATH_UCX;
+}
+
 /* Runs the collectives on @comm and checks the path they took: all
  * zero-copy (moving bytes through UCX exactly when @path says the comm
  * spans servers), or all fallbacks with a reason containing @reason.
@@ -228,14 +239,16 @@ static void test_world_activation(void)
                   PATH_MAPPED, NULL);
 
     run_and_check(MPI_COMM_WORLD, "MPI_COMM_WORLD", b, 30,
-                  split_servers ? PATH_UCX : PATH_MAPPED, NULL);
+                  split_servers ? spanning_path() : PATH_MAPPED,
+                  "spans servers");
 
     /* Even and odd ranks: each spans servers unless there is just one. */
     interleaved = split(MPI_COMM_WORLD, wrank % 2, wrank);
     if (wsize > 2)
         run_and_check(interleaved, "interleaved split", b, 40,
-                      parity_spans_servers(wrank % 2) ? PATH_UCX : PATH_MAPPED,
-                      NULL);
+                      parity_spans_servers(wrank % 2) ? spanning_path()
+                                                      : PATH_MAPPED,
+                      "spans servers");
 
     MPI_Comm_free(&interleaved);
     MPI_Comm_free(&reversed);
@@ -270,7 +283,9 @@ static void test_partial_activation(void)
     pair02 = split(MPI_COMM_WORLD, wrank == 0 || wrank == 2 ? 0 : MPI_UNDEFINED,
                    wrank);
     if (pair02 != MPI_COMM_NULL) {
-        const char *why = "rank 1 send buffer not activated";
+        const char *why = transport_ipc && server_of(0) != server_of(2)
+                              ? "spans servers"
+                              : "rank 1 send buffer not activated";
         char mine[64], theirs[2][64];
         MPIX_Zcopy_stats s;
 
@@ -385,6 +400,8 @@ int main(int argc, char **argv)
             virtual_servers = atoi(argv[++i]);
         else if (strcmp(argv[i], "--expect-map") == 0)
             expect_map = true;
+        else if (strcmp(argv[i], "--transport-ipc") == 0)
+            transport_ipc = true;
     }
     /* Before MPI_Init: the map is printed at the first setup of WORLD,
      * which nothing guarantees to come after it. */
