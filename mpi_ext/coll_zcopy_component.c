@@ -11,7 +11,7 @@
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
 
-#include "ucx/ucx.h"
+#include "coll/coll.h"
 
 static int zcopy_register(void);
 static int zcopy_init_query(bool enable_progress_threads,
@@ -145,11 +145,10 @@ static int zcopy_register(void)
  * waits progress it, but a rank may also sit in a blocking MPI call (the
  * previous component's collectives that libzcopy uses for agreement, or an
  * application's MPI_Recv) while a peer still reads its buffers: Open MPI's
- * progress loop then progresses the worker too. One load and a branch
- * until UCX starts. */
+ * progress loop then progresses the worker too. */
 static int zcopy_progress(void)
 {
-    return (int)zcopy_ucx_progress();
+    return zcopy_coll_progress();
 }
 
 static int zcopy_init_query(bool enable_progress_threads,

@@ -6,6 +6,7 @@
  */
 #include "path.h"
 #include "span.h"
+#include "ucx/ucx.h"
 
 #include <stdio.h>
 
@@ -104,6 +105,11 @@ static int first_ineligible(const zcopy_algo_t *al)
 ZCOPY_COMPONENT_API void zcopy_coll_passthrough(void)
 {
     zcopy_ipc_sweep();
+}
+
+ZCOPY_COMPONENT_API int zcopy_coll_progress(void)
+{
+    return (int)zcopy_ucx_progress();
 }
 
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,

@@ -54,11 +54,15 @@ static int my_group_size(const zcopy_span_algo_t *sa)
     return zcopy_span_group_size(sa->sp, group_of(sa, sa->rank));
 }
 
-/* Whether a second stage that spreads bytes inside groups can have work:
- * the same answer on every rank, so every rank passes the same syncs. */
-static bool spreads(const zcopy_span_algo_t *sa)
+/* Whether a group shares the fetching of @bytes from other groups and then
+ * spreads them inside (a second stage, after a sync), rather than every
+ * rank fetching all it needs itself: worth the sync for large messages
+ * only. The same answer on every rank, so every rank passes the same
+ * syncs. */
+static bool spreads(const zcopy_span_algo_t *sa, size_t bytes)
 {
-    return sa->sp->ngroups > 1 && sa->sp->max_group > 1;
+    return sa->sp->ngroups > 1 && sa->sp->max_group > 1 &&
+           bytes > zcopy_config.small_msg;
 }
 
 /* Copies [@off, +@len) of this rank's output @own into the same place of
@@ -204,6 +208,15 @@ static void owner_reduce_group(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
  * A rank alone in its group has its input as its partial. The partials
  * land next to each other in the landing area; the result goes straight
  * to the output when no partial still needed lives there. */
+/* Small and out of place: every rank reduces the whole vector into its
+ * own output, sources in rank order (the same everywhere), so nobody
+ * writes to a peer and one sync ends it. */
+static zcopy_status_t allreduce_replicated(zcopy_span_algo_t *sa)
+{
+    owner_reduce(sa, sa->a->rbuf, 0, 0, sa->a->scount);
+    return SPAN_FINISH(sa);
+}
+
 zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 {
     const zcopy_span_t *sp = sa->sp;
@@ -215,6 +228,8 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
     uint8_t *out = sa->a->rbuf, *landing = NULL, *dst;
     size_t lo, hi, len;
 
+    if (count * e <= zcopy_config.small_msg && !in_place(sa, me))
+        return allreduce_replicated(sa);
     zcopy_slice(count, e, sp->index[me], m, &lo, &hi);
     len = hi - lo;
     if (m > 1)
@@ -327,16 +342,22 @@ zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa)
     const zcopy_span_t *sp = sa->sp;
     const int n = sa->nranks, me = sa->rank, g = group_of(sa, me);
     uint8_t *out = sa->a->rbuf;
-    size_t off, len;
+    size_t off, len, total = 0;
+    bool spread;
 
+    for (int j = 0; j < n; j++) {
+        gathered_block(sa, j, &off, &len);
+        total += len;
+    }
+    spread = spreads(sa, total);
     for (int j = 0; j < n; j++) {
         gathered_block(sa, j, &off, &len);
         if (j == me && in_place(sa, me))
             continue;
-        if (same_group(sa, j) || zcopy_span_member(sp, g, j) == me)
+        if (same_group(sa, j) || !spread || zcopy_span_member(sp, g, j) == me)
             zcopy_span_get(sa, j, args_of(sa, j)->sbuf, len, out + off);
     }
-    if (spreads(sa)) {
+    if (spread) {
         if (zcopy_span_sync(sa))
             return ZCOPY_ERR_INTERNAL;
         for (int j = 0; j < n; j++) {
@@ -361,17 +382,18 @@ zcopy_status_t zcopy_span_bcast(zcopy_span_algo_t *sa)
     const int m = my_group_size(sa);
     const size_t bytes = sa->a->rcount * sa->rsize;
     const uint64_t from_root = args_of(sa, root)->rbuf;
+    const bool spread = spreads(sa, bytes);
     uint8_t *buf = sa->a->rbuf;
     size_t lo, hi;
 
-    if (same_group(sa, root)) {
+    if (same_group(sa, root) || !spread) {
         if (me != root)
             zcopy_span_get(sa, root, from_root, bytes, buf);
     } else {
         zcopy_slice(bytes, 1, sp->index[me], m, &lo, &hi);
         zcopy_span_get(sa, root, from_root + lo, hi - lo, buf + lo);
     }
-    if (spreads(sa)) {
+    if (spread) {
         if (zcopy_span_sync(sa))
             return ZCOPY_ERR_INTERNAL;
         for (int i = 0; i < m && !same_group(sa, root); i++) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 zcopy_ucx_state_t zcopy_ucx = { .lock = PTHREAD_MUTEX_INITIALIZER };
-ZCOPY_COMPONENT_API _Atomic bool zcopy_ucx_live;
+_Atomic bool zcopy_ucx_live;
 
 /* Why the first init failed, for every later caller. */
 static char init_failure[192];
@@ -205,7 +205,7 @@ zcopy_status_t zcopy_ucx_worker_address(const void **address_p,
     return st;
 }
 
-ZCOPY_COMPONENT_API unsigned zcopy_ucx_progress_worker(void)
+unsigned zcopy_ucx_progress_worker(void)
 {
     unsigned events = 0;
 
