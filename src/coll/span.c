@@ -47,6 +47,8 @@ void zcopy_span_destroy(zcopy_span_t *sp)
     free(sp->sdispls_out);
     free(sp->flags);
     free(sp->landing);
+    zcopy_ucx_mem_unregister(sp->scratch_mem);
+    free((void *)(uintptr_t)sp->scratch.va);
     free(sp);
 }
 
@@ -262,6 +264,9 @@ static zcopy_ucx_rkey_t *span_rkey(zcopy_span_algo_t *sa, int r, uint64_t addr,
     else if (d->rblock.size && zcopy_range_inside(addr, len, d->rblock.va,
                                                   d->rblock.size))
         b = &d->rblock;
+    else if (d->xblock.size && zcopy_range_inside(addr, len, d->xblock.va,
+                                                  d->xblock.size))
+        b = &d->xblock;
     if (b == NULL) {
         zcopy_error(ZCOPY_ERR_RANGE, "[%#llx, +%zu) of rank %d is in no block "
                     "it announced", (unsigned long long)addr, len, r);
@@ -384,6 +389,62 @@ uint8_t *zcopy_span_landing(zcopy_span_algo_t *sa, size_t bytes)
     return p;
 }
 
+/* At least @bytes of registered scratch, kept between calls and grown by
+ * replacing it: each replacement is a new registration with a generation
+ * of its own, so peers never use the old key for the new memory. Called
+ * before the arrival, when no transfer can touch the old scratch. */
+static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
+{
+    const void *rkey;
+    size_t rkey_len;
+    void *p;
+
+    if (bytes <= sp->scratch.size)
+        return true;
+    bytes = zcopy_align_up(bytes, 64u << 10);
+    zcopy_ucx_mem_unregister(sp->scratch_mem);
+    free((void *)(uintptr_t)sp->scratch.va);
+    sp->scratch_mem = NULL;
+    memset(&sp->scratch, 0, sizeof(sp->scratch));
+    if (posix_memalign(&p, ZCOPY_CACHE_LINE, bytes) != 0)
+        return false;
+    if (zcopy_ucx_mem_register(p, bytes, ZCOPY_MEM_HOST, &sp->scratch_mem) !=
+        ZCOPY_SUCCESS) {
+        free(p);
+        return false;
+    }
+    zcopy_ucx_mem_packed_rkey(sp->scratch_mem, &rkey, &rkey_len);
+    if (rkey_len > sizeof(sp->scratch.rkey)) {
+        zcopy_ucx_mem_unregister(sp->scratch_mem);
+        sp->scratch_mem = NULL;
+        free(p);
+        return false;
+    }
+    sp->scratch = (zcopy_ucx_block_desc_t){
+        .va = (uintptr_t)p, .size = bytes,
+        .generation = zcopy_registry_new_generation(),
+        .rkey_len = (uint32_t)rkey_len };
+    memcpy(sp->scratch.rkey, rkey, rkey_len);
+    return true;
+}
+
+/* Scratch this rank publishes for the call: an allreduce that takes the
+ * hierarchical form leaves its server's partial of its slice there. */
+static size_t span_scratch_need(const zcopy_span_t *sp,
+                                const zcopy_coll_args_t *a, size_t elem)
+{
+    const int g = sp->group[sp->rank];
+    size_t lo, hi;
+
+    if (a->type != ZCOPY_COLL_ALLREDUCE ||
+        !zcopy_span_allreduce_hierarchical(a, elem) ||
+        zcopy_span_group_size(sp, g) < 2)
+        return 0;
+    zcopy_slice(a->scount, elem, sp->index[sp->rank],
+                zcopy_span_group_size(sp, g), &lo, &hi);
+    return (hi - lo) * elem;
+}
+
 /* --- one collective ------------------------------------------------------- */
 
 static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
@@ -407,7 +468,7 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
  * is at most ZCOPY_CTL_INLINE_MAX bytes (@inline_total), the payload. */
 static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                           const coll_plan_t *plan, size_t inline_total,
-                          zcopy_span_desc_t *d)
+                          size_t scratch, zcopy_span_desc_t *d)
 {
     const void *src;
     size_t len;
@@ -434,6 +495,10 @@ static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         (plan->rlen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->rbuf,
                                                   plan->rlen, &d->rblock)))
         d->args.reason = REASON_UCX_BLOCK;
+    else if (scratch > 0 && !span_scratch_reserve(zc->span, scratch))
+        d->args.reason = REASON_SCRATCH;
+    else if (scratch > 0)
+        d->xblock = zc->span->scratch;
 }
 
 /* alltoallv: each rank learns where its block starts in every peer's send
@@ -464,7 +529,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 
     zcopy_coll_plan(zc, a, &al, &plan);
     inline_total = zcopy_coll_inline_bytes(zc, a);
-    span_describe(zc, a, &plan, inline_total, &mine);
+    span_describe(zc, a, &plan, inline_total,
+                  inline_total ? 0 : span_scratch_need(sp, a, al.ssize), &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "

@@ -28,6 +28,7 @@ typedef struct {
     zcopy_ctl_args_t args;
     zcopy_ucx_block_desc_t sblock; /* size 0 when the send extent is empty */
     zcopy_ucx_block_desc_t rblock;
+    zcopy_ucx_block_desc_t xblock; /* its scratch, when the call uses it */
     uint8_t inl[ZCOPY_CTL_INLINE_MAX];
 } zcopy_span_desc_t;
 
@@ -49,6 +50,8 @@ typedef struct zcopy_span {
                                      failure flags */
     uint8_t *landing;             /* remote operands of reductions */
     size_t landing_size;
+    zcopy_ucx_mem_t *scratch_mem; /* registered: peers read what a call */
+    zcopy_ucx_block_desc_t scratch; /* leaves there (allreduce partials) */
 } zcopy_span_t;
 
 /* Collective over the communicator, like zcopy_ctl_create: starts UCX,
@@ -88,6 +91,10 @@ typedef struct {
 typedef zcopy_status_t (*zcopy_span_fn_t)(zcopy_span_algo_t *sa);
 
 zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa);
+/* Whether an allreduce takes the hierarchical form (and then publishes its
+ * server partials in registered scratch), the same answer on every rank. */
+bool zcopy_span_allreduce_hierarchical(const zcopy_coll_args_t *a,
+                                       size_t elem);
 zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa);

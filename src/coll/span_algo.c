@@ -130,13 +130,18 @@ static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
     }
 }
 
-/* Where @j's server partial of an allreduce lies: in its output (stage 1
- * wrote it there) when its group has several ranks, else its input is the
- * partial already. */
-static uint64_t partial_base(const zcopy_span_algo_t *sa, int j)
+/* Where @j's server partial of elements [@lo, ...) of an allreduce lies:
+ * in its registered scratch (stage 1 wrote it there, from the start of its
+ * slice @slice_lo) when its group has several ranks; else its input is
+ * the partial already. */
+static uint64_t partial_at(const zcopy_span_algo_t *sa, int j, size_t lo,
+                           size_t slice_lo)
 {
-    return zcopy_span_group_size(sa->sp, group_of(sa, j)) > 1
-               ? args_of(sa, j)->rbuf : args_of(sa, j)->sbuf;
+    const size_t e = sa->ssize;
+
+    if (zcopy_span_group_size(sa->sp, group_of(sa, j)) > 1)
+        return sa->sp->descs[j].xblock.va + (lo - slice_lo) * e;
+    return args_of(sa, j)->sbuf + lo * e;
 }
 
 /* Stage 2: the other groups' partials of elements [lo, hi) into the
@@ -155,13 +160,14 @@ static void fetch_partials(zcopy_span_algo_t *sa, uint8_t *landing,
 
         for (int k = 0; k < nt && t != group_of(sa, sa->rank); k++) {
             int j = zcopy_span_member(sp, t, k);
-            size_t a, b;
+            size_t a, b, slice_lo;
 
             zcopy_slice(count, e, k, nt, &a, &b);
+            slice_lo = a;
             a = a > lo ? a : lo;
             b = b < hi ? b : hi;
             if (a < b)
-                zcopy_span_get(sa, j, partial_base(sa, j) + a * e,
+                zcopy_span_get(sa, j, partial_at(sa, j, a, slice_lo),
                                (b - a) * e, slot + (a - lo) * e);
         }
     }
@@ -197,17 +203,6 @@ static void owner_reduce_group(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
     }
 }
 
-/* Hierarchical (SPEC section 6):
- *   1. inside each group, rank i reduces slice i (of its group's cut) of
- *      the group's inputs into its output: the group's partial;
- *   2. it fetches the same elements' partials from the other groups, each
- *      crossing between groups once;
- *   3. it reduces the partials in group order, the same order on every
- *      server, so every rank gets bitwise the same result, and gives the
- *      result to its group.
- * A rank alone in its group has its input as its partial. The partials
- * land next to each other in the landing area; the result goes straight
- * to the output when no partial still needed lives there. */
 /* Small and out of place: every rank reduces the whole vector into its
  * own output, sources in rank order (the same everywhere), so nobody
  * writes to a peer and one sync ends it. */
@@ -217,23 +212,49 @@ static zcopy_status_t allreduce_replicated(zcopy_span_algo_t *sa)
     return SPAN_FINISH(sa);
 }
 
+bool zcopy_span_allreduce_hierarchical(const zcopy_coll_args_t *a,
+                                       size_t elem)
+{
+    return a->scount * elem > zcopy_config.small_msg ||
+           a->sbuf == MPI_IN_PLACE;
+}
+
+/* Hierarchical (SPEC section 6):
+ *   1. inside each group, rank i reduces slice i (of its group's cut) of
+ *      the group's inputs into its registered scratch: the group's partial;
+ *   2. it fetches the same elements' partials from the other groups, each
+ *      crossing between groups once;
+ *   3. it reduces the partials in group order, the same order on every
+ *      server, so every rank gets bitwise the same result, and gives the
+ *      result to its group.
+ * A rank alone in its group has its input as its partial: in place, its
+ * output is then a partial that peers read, so a sync keeps stage 3 from
+ * overwriting it too early. Otherwise nothing stage 3 writes is read by
+ * another group, and no sync is needed between stages 2 and 3. */
 zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 {
     const zcopy_span_t *sp = sa->sp;
     const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
     const size_t e = sa->ssize, count = sa->a->scount;
     const void *srcs[ZCOPY_CTL_MAX_RANKS];
-    const bool own_partial_in_output = m > 1 || in_place(sa, me);
+    const bool own_partial_in_output = m == 1 && in_place(sa, me);
+    /* The output may alias the first operand only: group 0's partial. */
     const bool direct = g == 0 || !own_partial_in_output;
     uint8_t *out = sa->a->rbuf, *landing = NULL, *dst;
+    const uint8_t *own;
+    bool lone_in_place = false;
     size_t lo, hi, len;
 
-    if (count * e <= zcopy_config.small_msg && !in_place(sa, me))
+    if (!zcopy_span_allreduce_hierarchical(sa->a, e))
         return allreduce_replicated(sa);
+    for (int t = 0; t < sp->ngroups; t++)
+        lone_in_place |= zcopy_span_group_size(sp, t) == 1 && in_place(sa, me);
     zcopy_slice(count, e, sp->index[me], m, &lo, &hi);
     len = hi - lo;
+    own = m > 1 ? (const uint8_t *)(uintptr_t)sp->scratch.va
+                : (const uint8_t *)(uintptr_t)args_of(sa, me)->sbuf + lo * e;
     if (m > 1)
-        owner_reduce_group(sa, out + lo * e, lo * e, len);
+        owner_reduce_group(sa, (uint8_t *)own, lo * e, len);
     if (sp->max_group > 1 && zcopy_span_sync(sa))
         return ZCOPY_ERR_INTERNAL;
 
@@ -241,20 +262,14 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
         landing = zcopy_span_landing(sa, (size_t)sp->ngroups * len * e);
     if (landing != NULL)
         fetch_partials(sa, landing, lo, hi);
-    if (zcopy_span_sync(sa)) /* nobody reads a partial any more */
+    zcopy_span_complete(sa);
+    if (lone_in_place && zcopy_span_sync(sa))
         return ZCOPY_ERR_INTERNAL;
 
     if (landing != NULL && !sa->failed) {
         const size_t chunk = zcopy_chunk_elems(e);
-        const uint8_t *own = own_partial_in_output
-                                 ? out + lo * e
-                                 : (const uint8_t *)(uintptr_t)
-                                       args_of(sa, me)->sbuf + lo * e;
 
-        /* In group 0 the own partial is the first operand, which the
-         * output may alias; elsewhere the result is built in this group's
-         * free slot and then copied. Each step's result is copied out
-         * while it is still in cache. */
+        /* Each step's result is copied out while it is still in cache. */
         dst = direct ? out + lo * e : landing + (size_t)g * len * e;
         for (size_t at = 0; at < len && !sa->failed; at += chunk) {
             size_t n = len - at < chunk ? len - at : chunk;

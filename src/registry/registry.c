@@ -326,6 +326,16 @@ size_t zcopy_registry_snapshot(zcopy_block_t *blocks, size_t max,
     return n;
 }
 
+uint64_t zcopy_registry_new_generation(void)
+{
+    uint64_t gen;
+
+    pthread_mutex_lock(&reg.lock);
+    gen = reg.next_generation++;
+    pthread_mutex_unlock(&reg.lock);
+    return gen;
+}
+
 void zcopy_registry_counts(size_t *nranges, size_t *nblocks)
 {
     pthread_mutex_lock(&reg.lock);

@@ -51,6 +51,11 @@ bool zcopy_registry_covers_cached(const void *buf, size_t len,
 size_t zcopy_registry_snapshot(zcopy_block_t *blocks, size_t max,
                                uint64_t *epoch);
 
+/* A generation no block of this process ever had or will have, for memory
+ * that peers reach like a block but that is not in the registry (the
+ * registered scratch of a communicator spanning servers). */
+uint64_t zcopy_registry_new_generation(void);
+
 /* Counts for tests and leak checks. */
 void zcopy_registry_counts(size_t *nranges, size_t *nblocks);
 
