@@ -37,7 +37,7 @@ const char *const zcopy_coll_reason_text[REASON_COUNT] = {
     [REASON_LAYOUT] = "negative displacement",
     [REASON_SPAN_IN_PLACE] = "in place across servers",
     [REASON_UCX_BLOCK] = "buffer not inside one UCX-registered block",
-    [REASON_SCRATCH] = "no registered scratch memory",
+    [REASON_SCRATCH] = "no memory for landing or scratch",
 };
 
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {

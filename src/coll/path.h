@@ -18,7 +18,7 @@ typedef enum {
     REASON_LAYOUT,
     REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers */
     REASON_UCX_BLOCK,             /* no UCX-registered block under a buffer */
-    REASON_SCRATCH,               /* no registered scratch for the call */
+    REASON_SCRATCH,               /* no landing area or registered scratch */
     REASON_COUNT
 } coll_reason_t;
 

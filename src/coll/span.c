@@ -371,22 +371,19 @@ bool zcopy_span_sync(zcopy_span_algo_t *sa)
     return any;
 }
 
-uint8_t *zcopy_span_landing(zcopy_span_algo_t *sa, size_t bytes)
+/* At least @bytes of landing area, kept between calls. */
+static bool span_landing_reserve(zcopy_span_t *sp, size_t bytes)
 {
-    zcopy_span_t *sp = sa->sp;
     void *p;
 
     if (bytes <= sp->landing_size)
-        return sp->landing;
-    if (posix_memalign(&p, ZCOPY_CACHE_LINE, bytes) != 0) {
-        zcopy_error(ZCOPY_ERR_NOMEM, "landing area of %zu bytes", bytes);
-        span_fail(sa, "landing operands of", -1);
-        return NULL;
-    }
+        return true;
+    if (posix_memalign(&p, ZCOPY_CACHE_LINE, bytes) != 0)
+        return false;
     free(sp->landing);
     sp->landing = p;
     sp->landing_size = bytes;
-    return p;
+    return true;
 }
 
 /* At least @bytes of registered scratch, kept between calls and grown by
@@ -401,7 +398,10 @@ static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
 
     if (bytes <= sp->scratch.size)
         return true;
-    bytes = zcopy_align_up(bytes, 64u << 10);
+    /* Doubling: a growing message size re-registers only log times. */
+    bytes = zcopy_align_up(bytes > 2 * sp->scratch.size ? bytes
+                                                        : 2 * sp->scratch.size,
+                           64u << 10);
     zcopy_ucx_mem_unregister(sp->scratch_mem);
     free((void *)(uintptr_t)sp->scratch.va);
     sp->scratch_mem = NULL;
@@ -428,23 +428,6 @@ static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
     return true;
 }
 
-/* Scratch this rank publishes for the call: an allreduce that takes the
- * hierarchical form leaves its server's partial of its slice there. */
-static size_t span_scratch_need(const zcopy_span_t *sp,
-                                const zcopy_coll_args_t *a, size_t elem)
-{
-    const int g = sp->group[sp->rank];
-    size_t lo, hi;
-
-    if (a->type != ZCOPY_COLL_ALLREDUCE ||
-        !zcopy_span_allreduce_hierarchical(a, elem) ||
-        zcopy_span_group_size(sp, g) < 2)
-        return 0;
-    zcopy_slice(a->scount, elem, sp->index[sp->rank],
-                zcopy_span_group_size(sp, g), &lo, &hi);
-    return (hi - lo) * elem;
-}
-
 /* --- one collective ------------------------------------------------------- */
 
 static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
@@ -467,13 +450,13 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
  * peers in other groups need to reach them; or, when every rank's payload
  * is at most ZCOPY_CTL_INLINE_MAX bytes (@inline_total), the payload. */
 static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                          const coll_plan_t *plan, size_t inline_total,
-                          size_t scratch, zcopy_span_desc_t *d)
+                          const coll_plan_t *plan, size_t elem,
+                          size_t inline_total, zcopy_span_desc_t *d)
 {
+    size_t len, landing, scratch;
     const void *src;
-    size_t len;
 
-    memset(d, 0, sizeof(*d) - sizeof(d->inl));
+    memset(d, 0, sizeof(*d));
     d->args = plan->args;
     if (d->args.reason != REASON_NONE)
         return;
@@ -490,12 +473,14 @@ static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         d->args.reason = REASON_SPAN_IN_PLACE;
         return;
     }
+    zcopy_span_needs(zc->span, a, elem, &landing, &scratch);
     if ((plan->slen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->sbuf,
                                                   plan->slen, &d->sblock)) ||
         (plan->rlen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->rbuf,
                                                   plan->rlen, &d->rblock)))
         d->args.reason = REASON_UCX_BLOCK;
-    else if (scratch > 0 && !span_scratch_reserve(zc->span, scratch))
+    else if (!span_landing_reserve(zc->span, landing) ||
+             (scratch > 0 && !span_scratch_reserve(zc->span, scratch)))
         d->args.reason = REASON_SCRATCH;
     else if (scratch > 0)
         d->xblock = zc->span->scratch;
@@ -529,8 +514,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 
     zcopy_coll_plan(zc, a, &al, &plan);
     inline_total = zcopy_coll_inline_bytes(zc, a);
-    span_describe(zc, a, &plan, inline_total,
-                  inline_total ? 0 : span_scratch_need(sp, a, al.ssize), &mine);
+    span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "

@@ -45,10 +45,11 @@ typedef struct zcopy_span {
     zcopy_span_desc_t *descs;     /* this call's arrivals, by rank */
     int64_t *sdispls;             /* alltoallv: where each peer's block for
                                      this rank starts in its send buffer */
-    int64_t *sdispls_out;
+    int64_t *sdispls_out;         /* this rank's, sent to each peer */
     int32_t *flags;               /* by rank: puts to flush, then the syncs'
                                      failure flags */
-    uint8_t *landing;             /* remote operands of reductions */
+    uint8_t *landing;             /* remote operands of reductions, sized
+                                     before each call (zcopy_span_needs) */
     size_t landing_size;
     zcopy_ucx_mem_t *scratch_mem; /* registered: peers read what a call */
     zcopy_ucx_block_desc_t scratch; /* leaves there (allreduce partials) */
@@ -91,10 +92,12 @@ typedef struct {
 typedef zcopy_status_t (*zcopy_span_fn_t)(zcopy_span_algo_t *sa);
 
 zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa);
-/* Whether an allreduce takes the hierarchical form (and then publishes its
- * server partials in registered scratch), the same answer on every rank. */
-bool zcopy_span_allreduce_hierarchical(const zcopy_coll_args_t *a,
-                                       size_t elem);
+
+/* Bytes of landing area and of registered scratch this rank's part of @a
+ * will use (elements of @elem bytes). Reserved before the arrival, so that
+ * running out of memory is a reason to fall back, not a failure. */
+void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
+                      size_t elem, size_t *landing, size_t *scratch);
 zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa);
@@ -126,8 +129,6 @@ void zcopy_span_complete(zcopy_span_algo_t *sa);
  * any rank failed. Every rank passes the same syncs. */
 bool zcopy_span_sync(zcopy_span_algo_t *sa);
 
-/* At least @bytes of this communicator's landing area, where reductions
- * receive the operands they read from other groups (kept between calls). */
-uint8_t *zcopy_span_landing(zcopy_span_algo_t *sa, size_t bytes);
+
 
 #endif

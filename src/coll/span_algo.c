@@ -82,9 +82,19 @@ static void share_in_group(zcopy_span_algo_t *sa, const uint8_t *own,
 
 /* --- reductions ------------------------------------------------------------ */
 
+/* An allreduce small enough that every rank reducing the whole vector
+ * beats two more syncs; in place it cannot, as peers still read the
+ * outputs (their inputs). The same answer on every rank. */
+static bool allreduce_replicated(const zcopy_coll_args_t *a, size_t elem)
+{
+    return a->scount * elem <= zcopy_config.small_msg &&
+           a->sbuf != MPI_IN_PLACE;
+}
+
 /* dst[0 .. count) = the reduction, over every rank in the order first,
  * first + 1, ... (mod n), of the @count elements at byte @off of each
- * rank's announced send buffer. dst may alias @first's input only. */
+ * rank's announced send buffer. dst may alias @first's input only. Other
+ * groups' operands land in the landing area first. */
 static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
                          size_t off, size_t count)
 {
@@ -93,90 +103,39 @@ static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
     const int n = sa->nranks;
     const size_t e = sa->ssize, bytes = count * e;
     const size_t chunk = zcopy_chunk_elems(e);
-    size_t nremote = 0;
-    uint8_t *landing;
+    uint8_t *slot = sa->sp->landing;
 
     if (count == 0 || sa->failed)
         return;
-    for (int j = 0; j < n; j++)
-        nremote += !same_group(sa, j);
-    landing = zcopy_span_landing(sa, nremote * bytes);
-    if (nremote > 0 && landing == NULL)
-        return;
-    for (int k = 0, l = 0; k < n; k++) {
+    for (int k = 0; k < n; k++) {
         int j = (first + k) % n;
         uint64_t at = args_of(sa, j)->sbuf + off;
 
         if (same_group(sa, j)) {
             ins[k] = zcopy_span_map(sa, j, at, bytes);
+            sa->ipc_bytes += j == sa->rank ? 0 : bytes;
             continue;
         }
-        ins[k] = landing + (size_t)l++ * bytes;
-        zcopy_span_get(sa, j, at, bytes, (void *)ins[k]);
+        ins[k] = slot;
+        zcopy_span_get(sa, j, at, bytes, slot);
+        slot += bytes;
     }
     zcopy_span_complete(sa);
     for (size_t at = 0; at < count && !sa->failed; at += chunk) {
         size_t len = count - at < chunk ? count - at : chunk;
 
-        for (int k = 0; k < n; k++) {
-            int j = (first + k) % n;
+        for (int k = 0; k < n; k++)
             srcs[k] = ins[k] + at * e;
-            if (j != sa->rank && same_group(sa, j))
-                sa->ipc_bytes += len * e;
-        }
         if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, n,
                          len) != ZCOPY_SUCCESS)
             sa->failed = true;
     }
 }
 
-/* Where @j's server partial of elements [@lo, ...) of an allreduce lies:
- * in its registered scratch (stage 1 wrote it there, from the start of its
- * slice @slice_lo) when its group has several ranks; else its input is
- * the partial already. */
-static uint64_t partial_at(const zcopy_span_algo_t *sa, int j, size_t lo,
-                           size_t slice_lo)
-{
-    const size_t e = sa->ssize;
-
-    if (zcopy_span_group_size(sa->sp, group_of(sa, j)) > 1)
-        return sa->sp->descs[j].xblock.va + (lo - slice_lo) * e;
-    return args_of(sa, j)->sbuf + lo * e;
-}
-
-/* Stage 2: the other groups' partials of elements [lo, hi) into the
- * landing area, group t's at slot t (this group's slot stays free). Each
- * group cut the vector into its own slices, so a range may come from
- * several of its ranks. */
-static void fetch_partials(zcopy_span_algo_t *sa, uint8_t *landing,
-                           size_t lo, size_t hi)
-{
-    const zcopy_span_t *sp = sa->sp;
-    const size_t e = sa->ssize, count = sa->a->scount;
-
-    for (int t = 0; t < sp->ngroups; t++) {
-        const int nt = zcopy_span_group_size(sp, t);
-        uint8_t *slot = landing + (size_t)t * (hi - lo) * e;
-
-        for (int k = 0; k < nt && t != group_of(sa, sa->rank); k++) {
-            int j = zcopy_span_member(sp, t, k);
-            size_t a, b, slice_lo;
-
-            zcopy_slice(count, e, k, nt, &a, &b);
-            slice_lo = a;
-            a = a > lo ? a : lo;
-            b = b < hi ? b : hi;
-            if (a < b)
-                zcopy_span_get(sa, j, partial_at(sa, j, a, slice_lo),
-                               (b - a) * e, slot + (a - lo) * e);
-        }
-    }
-}
-
 /* dst[0 .. count) = the reduction of this group's inputs at byte @off,
- * this rank's first (in place, dst is its alias). */
-static void owner_reduce_group(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
-                               size_t count)
+ * this rank's first (in place, dst may be its alias). */
+static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
+                         size_t count)
 {
     const void *srcs[ZCOPY_CTL_MAX_RANKS];
     const zcopy_span_t *sp = sa->sp;
@@ -190,8 +149,7 @@ static void owner_reduce_group(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
         int j = zcopy_span_member(sp, g, sp->index[sa->rank] + k);
         ins[k] = zcopy_span_map(sa, j, args_of(sa, j)->sbuf + off,
                                 count * e);
-        if (j != sa->rank)
-            sa->ipc_bytes += count * e;
+        sa->ipc_bytes += j == sa->rank ? 0 : count * e;
     }
     for (size_t at = 0; at < count && !sa->failed; at += chunk) {
         size_t len = count - at < chunk ? count - at : chunk;
@@ -203,87 +161,143 @@ static void owner_reduce_group(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
     }
 }
 
-/* Small and out of place: every rank reduces the whole vector into its
- * own output, sources in rank order (the same everywhere), so nobody
- * writes to a peer and one sync ends it. */
-static zcopy_status_t allreduce_replicated(zcopy_span_algo_t *sa)
+/* Allreduce, hierarchical (SPEC section 6). The vector is cut into one
+ * slice per rank; rank r reduces slice r. A group's partial of a slice
+ * that another group owns is made by its member r mod (group size) and
+ * packed, in slice order, in that member's registered scratch; a rank
+ * alone in its group has its input as its partials. */
+
+/* Bytes before group @g's partial of slice @r in its maker's scratch. */
+static size_t partial_offset(const zcopy_span_algo_t *sa, int g, int r)
 {
-    owner_reduce(sa, sa->a->rbuf, 0, 0, sa->a->scount);
-    return SPAN_FINISH(sa);
+    const int m = zcopy_span_group_size(sa->sp, g);
+    size_t off = 0, lo, hi;
+
+    for (int q = r % m; q < r; q += m) {
+        if (sa->sp->group[q] == g)
+            continue;
+        zcopy_slice(sa->a->scount, sa->ssize, q, sa->nranks, &lo, &hi);
+        off += (hi - lo) * sa->ssize;
+    }
+    return off;
 }
 
-bool zcopy_span_allreduce_hierarchical(const zcopy_coll_args_t *a,
-                                       size_t elem)
-{
-    return a->scount * elem > zcopy_config.small_msg ||
-           a->sbuf == MPI_IN_PLACE;
-}
-
-/* Hierarchical (SPEC section 6):
- *   1. inside each group, rank i reduces slice i (of its group's cut) of
- *      the group's inputs into its registered scratch: the group's partial;
- *   2. it fetches the same elements' partials from the other groups, each
- *      crossing between groups once;
- *   3. it reduces the partials in group order, the same order on every
- *      server, so every rank gets bitwise the same result, and gives the
- *      result to its group.
- * A rank alone in its group has its input as its partial: in place, its
- * output is then a partial that peers read, so a sync keeps stage 3 from
- * overwriting it too early. Otherwise nothing stage 3 writes is read by
- * another group, and no sync is needed between stages 2 and 3. */
-zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
+/* Stage 1: this rank's share of its group's partials. */
+static void make_partials(zcopy_span_algo_t *sa)
 {
     const zcopy_span_t *sp = sa->sp;
-    const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
-    const size_t e = sa->ssize, count = sa->a->scount;
-    const void *srcs[ZCOPY_CTL_MAX_RANKS];
-    const bool own_partial_in_output = m == 1 && in_place(sa, me);
-    /* The output may alias the first operand only: group 0's partial. */
-    const bool direct = g == 0 || !own_partial_in_output;
-    uint8_t *out = sa->a->rbuf, *landing = NULL, *dst;
-    const uint8_t *own;
-    bool lone_in_place = false;
-    size_t lo, hi, len;
+    const int m = my_group_size(sa);
+    uint8_t *dst = (uint8_t *)(uintptr_t)sp->scratch.va;
+    size_t lo, hi;
 
-    if (!zcopy_span_allreduce_hierarchical(sa->a, e))
-        return allreduce_replicated(sa);
-    for (int t = 0; t < sp->ngroups; t++)
-        lone_in_place |= zcopy_span_group_size(sp, t) == 1 && in_place(sa, me);
-    zcopy_slice(count, e, sp->index[me], m, &lo, &hi);
-    len = hi - lo;
-    own = m > 1 ? (const uint8_t *)(uintptr_t)sp->scratch.va
-                : (const uint8_t *)(uintptr_t)args_of(sa, me)->sbuf + lo * e;
-    if (m > 1)
-        owner_reduce_group(sa, (uint8_t *)own, lo * e, len);
-    if (sp->max_group > 1 && zcopy_span_sync(sa))
-        return ZCOPY_ERR_INTERNAL;
-
-    if (len > 0)
-        landing = zcopy_span_landing(sa, (size_t)sp->ngroups * len * e);
-    if (landing != NULL)
-        fetch_partials(sa, landing, lo, hi);
-    zcopy_span_complete(sa);
-    if (lone_in_place && zcopy_span_sync(sa))
-        return ZCOPY_ERR_INTERNAL;
-
-    if (landing != NULL && !sa->failed) {
-        const size_t chunk = zcopy_chunk_elems(e);
-
-        /* Each step's result is copied out while it is still in cache. */
-        dst = direct ? out + lo * e : landing + (size_t)g * len * e;
-        for (size_t at = 0; at < len && !sa->failed; at += chunk) {
-            size_t n = len - at < chunk ? len - at : chunk;
-            for (int t = 0; t < sp->ngroups; t++)
-                srcs[t] = (t == g ? own : landing + (size_t)t * len * e) +
-                          at * e;
-            if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs,
-                             sp->ngroups, n) != ZCOPY_SUCCESS)
-                sa->failed = true;
-            if (!direct)
-                memcpy(out + (lo + at) * e, dst + at * e, n * e);
-            share_in_group(sa, out, (lo + at) * e, n * e);
-        }
+    for (int r = sp->index[sa->rank]; r < sa->nranks && m > 1; r += m) {
+        if (same_group(sa, r))
+            continue;
+        zcopy_slice(sa->a->scount, sa->ssize, r, sa->nranks, &lo, &hi);
+        group_reduce(sa, dst, lo * sa->ssize, hi - lo);
+        dst += (hi - lo) * sa->ssize;
     }
+}
+
+/* Stage 2: slice [lo, hi) of this rank = its group's inputs (this rank's
+ * first: in place, the output is its alias) and every other group's
+ * partial, fetched into the landing area; given to the group at once. */
+static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi)
+{
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
+    const zcopy_span_t *sp = sa->sp;
+    const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
+    const size_t e = sa->ssize, len = hi - lo, chunk = zcopy_chunk_elems(e);
+    uint8_t *out = sa->a->rbuf, *slot = sp->landing;
+    int k = 0;
+
+    if (len == 0)
+        return;
+    for (int i = 0; i < m; i++) {
+        int j = zcopy_span_member(sp, g, sp->index[me] + i);
+        ins[k++] = zcopy_span_map(sa, j, args_of(sa, j)->sbuf + lo * e,
+                                  len * e);
+        sa->ipc_bytes += j == me ? 0 : len * e;
+    }
+    for (int t = 0; t < sp->ngroups; t++) {
+        int j = zcopy_span_member(sp, t, me); /* the maker of our partial */
+        uint64_t at;
+
+        if (t == g)
+            continue;
+        at = zcopy_span_group_size(sp, t) > 1
+                 ? sp->descs[j].xblock.va + partial_offset(sa, t, me)
+                 : args_of(sa, j)->sbuf + lo * e;
+        zcopy_span_get(sa, j, at, len * e, slot);
+        ins[k++] = slot;
+        slot += len * e;
+    }
+    zcopy_span_complete(sa);
+    for (size_t at = 0; at < len && !sa->failed; at += chunk) {
+        size_t n = len - at < chunk ? len - at : chunk;
+
+        for (int i = 0; i < k; i++)
+            srcs[i] = ins[i] + at * e;
+        if (zcopy_reduce(sa->a->op, sa->a->stype, out + (lo + at) * e, srcs,
+                         k, n) != ZCOPY_SUCCESS)
+            sa->failed = true;
+        /* Copied out while still in cache. */
+        share_in_group(sa, out, (lo + at) * e, n * e);
+    }
+}
+
+/* Stage 3: every slice another group owns is fetched once per group,
+ * member o mod (group size) fetching slice o, from the owner's group
+ * member that matches it (they all hold it now), then shared. */
+static void fetch_other_slices(zcopy_span_algo_t *sa)
+{
+    const zcopy_span_t *sp = sa->sp;
+    const int me = sa->rank, g = group_of(sa, me);
+    const size_t e = sa->ssize, count = sa->a->scount;
+    uint8_t *out = sa->a->rbuf;
+    size_t lo, hi;
+
+    for (int o = 0; o < sa->nranks; o++) {
+        int from = zcopy_span_member(sp, group_of(sa, o), sp->index[me]);
+
+        if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
+            continue;
+        zcopy_slice(count, e, o, sa->nranks, &lo, &hi);
+        zcopy_span_get(sa, from, args_of(sa, from)->rbuf + lo * e,
+                       (hi - lo) * e, out + lo * e);
+    }
+    zcopy_span_complete(sa);
+    for (int o = 0; o < sa->nranks && my_group_size(sa) > 1; o++) {
+        if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
+            continue;
+        zcopy_slice(count, e, o, sa->nranks, &lo, &hi);
+        share_in_group(sa, out, lo * e, (hi - lo) * e);
+    }
+}
+
+/* Partials crossing between groups: (groups - 1) / groups of the vector
+ * into each group, and as much again for the results: what a ring would
+ * move, at any number of groups, with memory per rank of about one slice
+ * per other group. Every slice is reduced once, so every rank gets bitwise
+ * the same result. Small and out of place: every rank reduces the whole
+ * vector, sources in rank order, with one sync. */
+zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
+{
+    size_t lo, hi;
+
+    if (allreduce_replicated(sa->a, sa->ssize)) {
+        owner_reduce(sa, sa->a->rbuf, 0, 0, sa->a->scount);
+        return SPAN_FINISH(sa);
+    }
+    make_partials(sa);
+    if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
+        return ZCOPY_ERR_INTERNAL;
+    zcopy_slice(sa->a->scount, sa->ssize, sa->rank, sa->nranks, &lo, &hi);
+    reduce_own_slice(sa, lo, hi);
+    if (zcopy_span_sync(sa)) /* every slice reduced and in its group */
+        return ZCOPY_ERR_INTERNAL;
+    fetch_other_slices(sa);
     return SPAN_FINISH(sa);
 }
 
@@ -311,20 +325,30 @@ zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa)
     return SPAN_FINISH(sa);
 }
 
+/* Offset and length, in elements, of rank @r's block of a reduce_scatter. */
+static void scattered_block(const zcopy_coll_args_t *a, int r, size_t *displ,
+                            size_t *own)
+{
+    const bool v = a->type == ZCOPY_COLL_REDUCE_SCATTER;
+
+    *displ = 0;
+    for (int j = 0; j < r; j++)
+        *displ += v ? (size_t)a->rcounts[j] : a->rcount;
+    *own = v ? (size_t)a->rcounts[r] : a->rcount;
+}
+
 /* Rank r reduces block r of every input into its own output. In place the
  * result goes to block r of its buffer first (block 0 may still be read
  * by rank 0) and moves to the front after the sync. */
 zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
 {
     const zcopy_coll_args_t *a = sa->a;
-    const bool v = a->type == ZCOPY_COLL_REDUCE_SCATTER;
     const int me = sa->rank;
     const size_t e = sa->ssize;
-    size_t displ = 0, own = v ? (size_t)a->rcounts[me] : a->rcount;
+    size_t displ, own;
     uint8_t *dst;
 
-    for (int j = 0; j < me; j++)
-        displ += v ? (size_t)a->rcounts[j] : a->rcount;
+    scattered_block(a, me, &displ, &own);
     dst = in_place(sa, me) ? (uint8_t *)a->rbuf + displ * e : a->rbuf;
     owner_reduce(sa, dst, me, displ * e, own);
     if (zcopy_span_sync(sa))
@@ -332,6 +356,46 @@ zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
     if (in_place(sa, me) && displ > 0 && own > 0)
         memmove(a->rbuf, dst, own * e);
     return ZCOPY_SUCCESS;
+}
+
+void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
+                      size_t elem, size_t *landing, size_t *scratch)
+{
+    const int me = sp->rank, g = sp->group[me];
+    const int m = zcopy_span_group_size(sp, g);
+    const size_t others = (size_t)(sp->nranks - m);
+    size_t lo, hi, displ, own;
+
+    *landing = *scratch = 0;
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+        if (allreduce_replicated(a, elem)) {
+            *landing = others * a->scount * elem;
+            return;
+        }
+        zcopy_slice(a->scount, elem, me, sp->nranks, &lo, &hi);
+        *landing = (size_t)(sp->ngroups - 1) * (hi - lo) * elem;
+        for (int r = sp->index[me]; r < sp->nranks && m > 1; r += m) {
+            if (sp->group[r] == g)
+                continue;
+            zcopy_slice(a->scount, elem, r, sp->nranks, &lo, &hi);
+            *scratch += (hi - lo) * elem;
+        }
+        return;
+    case ZCOPY_COLL_REDUCE:
+        if (sp->group[a->root] != g)
+            return;
+        zcopy_slice(a->scount, elem, sp->index[me], m, &lo, &hi);
+        *landing = others * (hi - lo) * elem;
+        return;
+    case ZCOPY_COLL_REDUCE_SCATTER:
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+        scattered_block(a, me, &displ, &own);
+        *landing = others * own * elem;
+        return;
+    default:
+        return;
+    }
 }
 
 /* --- data movement ---------------------------------------------------------- */
@@ -351,7 +415,10 @@ static void gathered_block(const zcopy_span_algo_t *sa, int j, size_t *off,
 
 /* Blocks of the own group come through mappings; blocks of other groups
  * are fetched once per group, member i taking every rank j with
- * j = i (mod group size), and then copied among the group. */
+ * j = i (mod group size), and then copied among the group. allgatherv is
+ * not shared that way: each rank chooses its own displacements, so where
+ * a member keeps block j is its own business; every rank fetches its
+ * blocks itself. */
 zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa)
 {
     const zcopy_span_t *sp = sa->sp;
@@ -364,7 +431,7 @@ zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa)
         gathered_block(sa, j, &off, &len);
         total += len;
     }
-    spread = spreads(sa, total);
+    spread = sa->a->type == ZCOPY_COLL_ALLGATHER && spreads(sa, total);
     for (int j = 0; j < n; j++) {
         gathered_block(sa, j, &off, &len);
         if (j == me && in_place(sa, me))

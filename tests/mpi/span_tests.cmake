@@ -15,3 +15,10 @@ zcopy_add_mpi_test(NAME mpi.span_remap.ucx.keys.np2 TARGET test_span_remap
 set_tests_properties(mpi.span_remap.ucx.keys.np2 PROPERTIES
   PASS_REGULAR_EXPRESSION "key of generation [0-9]+ retired by generation"
   FAIL_REGULAR_EXPRESSION " [1-9][0-9]* failed|zcopy:[0-9]+\\] [a-z]+ error|non-zero|signal")
+
+# v-collectives with a different layout on every other rank.
+zcopy_mpi_executable(test_span_layouts)
+zcopy_add_mpi_test(NAME mpi.span_layouts.vservers.np4 TARGET test_span_layouts
+                   NP 4 MCA coll_zcopy_virtual_servers=2 LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_layouts.ucx.np3 TARGET test_span_layouts
+                   NP 3 MCA coll_zcopy_transport=ucx LABELS span)
