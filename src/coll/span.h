@@ -13,8 +13,8 @@
  * Agreement and synchronisation go through the previous component's
  * collectives on the communicator itself (the service ops): small, blocking,
  * and safe because Open MPI's progress loop progresses the UCX worker while
- * they wait (the component registers zcopy_ucx_progress with it), so a rank
- * waiting in one still serves the emulated gets and puts of its peers.
+ * they wait (the component registers zcopy_coll_progress with it), so a
+ * rank waiting in one still serves the emulated gets and puts of its peers.
  */
 #ifndef ZCOPY_COLL_SPAN_H
 #define ZCOPY_COLL_SPAN_H

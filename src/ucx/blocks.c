@@ -29,15 +29,19 @@ typedef struct {
     uint64_t generation;
     uintptr_t va;
     size_t size;
-    zcopy_ucx_mem_t *mem;
+    zcopy_ucx_mem_t *mem;         /* NULL: UCX could not register it (or its
+                                     key is too big to send); not retried */
 } ucx_block_t;
 
-/* Per process, like the registry it mirrors. */
+/* Per process, like the registry it mirrors. The snapshot buffer is static
+ * because a refresh must never fail for want of memory: a deactivated
+ * block would then stay registered under pages the application unmaps. */
 static struct {
     pthread_mutex_t lock;
     bool started;
     ucx_block_t *blocks;
     size_t nblocks, cap;
+    zcopy_block_t snapshot[ZCOPY_UCX_MAX_BLOCKS];
 } ublocks = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static bool snapshot_has(const zcopy_block_t *snap, size_t n, uint64_t gen)
@@ -56,20 +60,35 @@ static bool registered(uint64_t gen)
     return false;
 }
 
+/* A block UCX cannot register, or whose key is too big for an arrival,
+ * stays usable inside its server; spanning collectives on it fall back
+ * ("buffer not inside one UCX-registered block"). It is said once, when
+ * the block is activated, and not tried again. */
 static void register_block(const zcopy_block_t *b)
 {
-    zcopy_ucx_mem_t *mem;
+    zcopy_ucx_mem_t *mem = NULL;
+    const void *rkey;
+    size_t rkey_len;
 
     if (!zcopy_array_reserve((void **)&ublocks.blocks, &ublocks.cap,
                              ublocks.nblocks, sizeof(*ublocks.blocks)))
-        return;
-    /* A block UCX cannot register stays usable inside its server; spanning
-     * collectives on it fall back ("not registered with UCX"). */
+        return; /* retried at the next refresh */
     if (zcopy_ucx_mem_register((void *)b->va, b->size, b->map.kind, &mem) !=
         ZCOPY_SUCCESS) {
-        zcopy_log(ZCOPY_LOG_WARN, "ucx", "block [%p, +%zu): %s",
-                  (void *)b->va, b->size, zcopy_error_detail());
-        return;
+        zcopy_log(ZCOPY_LOG_WARN, "ucx", "block [%p, +%zu): %s; collectives "
+                  "across servers on it fall back", (void *)b->va, b->size,
+                  zcopy_error_detail());
+        mem = NULL;
+    } else {
+        zcopy_ucx_mem_packed_rkey(mem, &rkey, &rkey_len);
+        if (rkey_len > ZCOPY_UCX_RKEY_MAX) {
+            zcopy_log(ZCOPY_LOG_WARN, "ucx", "block [%p, +%zu): its remote "
+                      "key has %zu bytes, more than the %d an arrival "
+                      "carries; collectives across servers on it fall back",
+                      (void *)b->va, b->size, rkey_len, ZCOPY_UCX_RKEY_MAX);
+            zcopy_ucx_mem_unregister(mem);
+            mem = NULL;
+        }
     }
     ublocks.blocks[ublocks.nblocks++] = (ucx_block_t){
         .generation = b->generation, .va = b->va, .size = b->size, .mem = mem };
@@ -77,13 +96,12 @@ static void register_block(const zcopy_block_t *b)
 
 static void refresh_locked(void)
 {
-    zcopy_block_t *snap = calloc(ZCOPY_UCX_MAX_BLOCKS, sizeof(*snap));
+    const zcopy_block_t *snap = ublocks.snapshot;
     uint64_t epoch;
     size_t n, kept = 0;
 
-    if (snap == NULL)
-        return;
-    n = zcopy_registry_snapshot(snap, ZCOPY_UCX_MAX_BLOCKS, &epoch);
+    n = zcopy_registry_snapshot(ublocks.snapshot, ZCOPY_UCX_MAX_BLOCKS,
+                                &epoch);
     /* Unregister first: a block re-activated at the same address must not
      * overlap its predecessor's registration. */
     for (size_t i = 0; i < ublocks.nblocks; i++) {
@@ -96,7 +114,6 @@ static void refresh_locked(void)
     for (size_t i = 0; i < n; i++)
         if (!registered(snap[i].generation))
             register_block(&snap[i]);
-    free(snap);
 }
 
 zcopy_status_t zcopy_ucx_blocks_start(void)
@@ -134,9 +151,9 @@ bool zcopy_ucx_blocks_find(uintptr_t addr, size_t len,
 
         if (!zcopy_range_inside(addr, len, b->va, b->size))
             continue;
-        zcopy_ucx_mem_packed_rkey(b->mem, &rkey, &rkey_len);
-        if (rkey_len > sizeof(desc->rkey))
+        if (b->mem == NULL)
             break;
+        zcopy_ucx_mem_packed_rkey(b->mem, &rkey, &rkey_len);
         desc->va = b->va;
         desc->size = b->size;
         desc->generation = b->generation;

@@ -12,8 +12,10 @@
  * Progress. UCX 1.13 emulates put and get on this memory with active
  * messages (README.md in this folder): the *target* of a transfer must call
  * ucp_worker_progress, or the initiator waits forever. So every wait in
- * libzcopy calls zcopy_ucx_progress(), and no rank may block in an MPI call
- * while a peer can still be transferring to or from its memory.
+ * libzcopy calls zcopy_ucx_progress(), and a rank may block in an MPI call
+ * while a peer can still be transferring to or from its memory only if
+ * that call progresses the worker too: the coll component registers it
+ * with Open MPI's progress loop (zcopy_coll_progress).
  *
  * Threads. The worker is created UCS_THREAD_MODE_SERIALIZED and every call
  * here takes one process-wide mutex: an application at MPI_THREAD_SERIALIZED
