@@ -167,16 +167,28 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
                                 bool *spans, char *reason, size_t reason_len)
 {
     ctl_hello_t mine = { .segment_fd = -1 }, *all;
-    int32_t ok, *oks = NULL;
+    int32_t ok, oks[ZCOPY_CTL_MAX_RANKS]; /* on the stack: see below */
     zcopy_ctl_t *ctl = NULL;
     zcopy_status_t st;
     int rc, other;
 
+    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
+        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
+        return ZCOPY_ERR_UNSUPPORTED;
+    }
+    /* A rank out of memory must still take part in every exchange, or the
+     * others would wait for it forever: agree on the allocation first. */
     all = calloc((size_t)zc->size, sizeof(*all));
-    oks = calloc((size_t)zc->size, sizeof(*oks));
-    if (all == NULL || oks == NULL) {
+    ok = all ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+    rc = zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx);
+    for (int r = 0; r < zc->size && rc == MPI_SUCCESS; r++) {
+        if (oks[r] != ZCOPY_SUCCESS) {
+            rc = MPI_ERR_NO_MEM;
+            break;
+        }
+    }
+    if (rc != MPI_SUCCESS) {
         free(all);
-        free(oks);
         snprintf(reason, reason_len, "setup: out of memory");
         return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
     }
@@ -210,11 +222,6 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = ZCOPY_ERR_UNSUPPORTED;
         goto out;
     }
-    if (zc->size > ZCOPY_CTL_MAX_RANKS) {
-        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
-        st = ZCOPY_ERR_UNSUPPORTED;
-        goto out;
-    }
     if (st == ZCOPY_SUCCESS && all[0].status == ZCOPY_SUCCESS)
         st = ctl_attach(ctl, all, mine.segment_fd);
     else if (st == ZCOPY_SUCCESS)
@@ -244,7 +251,6 @@ out:
     if (mine.segment_fd >= 0)
         close(mine.segment_fd); /* peers fetched it; mappings keep it */
     free(all);
-    free(oks);
     if (st != ZCOPY_SUCCESS) {
         zcopy_ctl_destroy(ctl);
         return st;
