@@ -26,8 +26,12 @@
 
 #include <string.h>
 
-#define SPAN_FINISH(_sa)                                                     \
-    (zcopy_span_sync(_sa) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS)
+/* The last sync of every algorithm: no rank leaves while a peer may still
+ * read or write its buffers. */
+static zcopy_status_t span_finish(zcopy_span_algo_t *sa)
+{
+    return zcopy_span_sync(sa) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
 
 static const zcopy_ctl_args_t *args_of(const zcopy_span_algo_t *sa, int r)
 {
@@ -288,7 +292,7 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 
     if (allreduce_replicated(sa->a, sa->ssize)) {
         owner_reduce(sa, sa->a->rbuf, 0, 0, sa->a->scount);
-        return SPAN_FINISH(sa);
+        return span_finish(sa);
     }
     make_partials(sa);
     if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
@@ -298,7 +302,7 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
     if (zcopy_span_sync(sa)) /* every slice reduced and in its group */
         return ZCOPY_ERR_INTERNAL;
     fetch_other_slices(sa);
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
 
 /* The root's group reduces, one slice per member, straight into the
@@ -322,7 +326,7 @@ zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa)
                 sa->ipc_bytes += (hi - lo) * e;
         }
     }
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
 
 /* Offset and length, in elements, of rank @r's block of a reduce_scatter. */
@@ -451,7 +455,7 @@ zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa)
                            out + off);
         }
     }
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
 
 /* The root's group copies from the root; every other group fetches the
@@ -487,7 +491,7 @@ zcopy_status_t zcopy_span_bcast(zcopy_span_algo_t *sa)
                            buf + lo);
         }
     }
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
 
 /* Blocks of other groups: the root fetches them straight into its output.
@@ -512,7 +516,7 @@ zcopy_status_t zcopy_span_gather(zcopy_span_algo_t *sa)
         zcopy_span_get(sa, j, args_of(sa, j)->sbuf, len,
                        (uint8_t *)sa->a->rbuf + off);
     }
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
 
 /* scatter: every rank fetches its block from the root. scatterv: only the
@@ -529,7 +533,7 @@ zcopy_status_t zcopy_span_scatter(zcopy_span_algo_t *sa)
         if (me != root || !in_place(sa, root))
             zcopy_span_get(sa, root, args_of(sa, root)->sbuf +
                                          (size_t)me * len, len, a->rbuf);
-        return SPAN_FINISH(sa);
+        return span_finish(sa);
     }
     for (int j = 0; j < sa->nranks && me == root; j++) {
         if (j == root && in_place(sa, root))
@@ -540,7 +544,7 @@ zcopy_status_t zcopy_span_scatter(zcopy_span_algo_t *sa)
                                         : args_of(sa, j)->rbuf,
                        len, (const uint8_t *)a->sbuf + off);
     }
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
 
 /* Every rank fetches its block from every peer straight into its output
@@ -561,5 +565,5 @@ zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
 
         zcopy_span_get(sa, j, src, len, out + off);
     }
-    return SPAN_FINISH(sa);
+    return span_finish(sa);
 }
