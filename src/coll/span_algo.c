@@ -8,10 +8,11 @@
  * each byte crosses between the groups once, and the group then copies it
  * among itself through mappings, so every rank keeps a link busy.
  *
- * Reductions: every element is reduced by exactly one rank per group, in
- * an order that is the same everywhere, so all ranks get bitwise the same
- * result. Allreduce is hierarchical (each group reduces its own inputs
- * first, and only those partials cross between groups); reduce and
+ * Reductions: every element is reduced by exactly one rank and then
+ * copied (or, for a small allreduce, by every rank in the same order), so
+ * all ranks get bitwise the same result. Allreduce is hierarchical: each
+ * group first reduces its own inputs for the slices that other groups
+ * own, and only those partials cross between groups. reduce and
  * reduce_scatter read every input where it lies. Operands from another
  * group come by UCX get into the communicator's landing area, which the
  * reduction then reads. That copy of remote operands is the only one: a
