@@ -51,8 +51,8 @@ typedef struct zcopy_span {
     uint8_t *landing;             /* remote operands of reductions, sized
                                      before each call (zcopy_span_needs) */
     size_t landing_size;
-    zcopy_ucx_mem_t *scratch_mem; /* registered: peers read what a call */
-    zcopy_ucx_block_desc_t scratch; /* leaves there (allreduce partials) */
+    zcopy_ucx_mem_t *scratch_mem; /* registered: peers read the partials */
+    zcopy_ucx_block_desc_t scratch; /* of hierarchical reductions there */
 } zcopy_span_t;
 
 /* Collective over the communicator, like zcopy_ctl_create: starts UCX,

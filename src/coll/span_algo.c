@@ -10,10 +10,10 @@
  *
  * Reductions: every element is reduced by exactly one rank and then
  * copied (or, for a small allreduce, by every rank in the same order), so
- * all ranks get bitwise the same result. Allreduce is hierarchical: each
- * group first reduces its own inputs for the slices that other groups
- * own, and only those partials cross between groups. reduce and
- * reduce_scatter read every input where it lies. Operands from another
+ * all ranks get bitwise the same result. Allreduce and reduce_scatter are
+ * hierarchical: each group first reduces its own inputs for the slices
+ * that other groups own, and only those partials cross between groups.
+ * reduce reads every input where it lies. Operands from another
  * group come by UCX get into the communicator's landing area, which the
  * reduction then reads. That copy of remote operands is the only one: a
  * reduction needs both operands in its own memory, and when the inputs
@@ -166,11 +166,39 @@ static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
     }
 }
 
-/* Allreduce, hierarchical (SPEC section 6). The vector is cut into one
- * slice per rank; rank r reduces slice r. A group's partial of a slice
- * that another group owns is made by its member r mod (group size) and
- * packed, in slice order, in that member's registered scratch; a rank
+/* Hierarchical reductions (SPEC section 6): allreduce and reduce_scatter.
+ * Rank r reduces slice r: for allreduce the vector is cut into one slice
+ * per rank, for reduce_scatter slice r is block r. A group's partial of a
+ * slice that another group owns is made by its member r mod (group size)
+ * and packed, in slice order, in that member's registered scratch; a rank
  * alone in its group has its input as its partials. */
+
+/* Offset and length, in elements, of rank @r's block of a reduce_scatter. */
+static void scattered_block(const zcopy_coll_args_t *a, int r, size_t *displ,
+                            size_t *own)
+{
+    const bool v = a->type == ZCOPY_COLL_REDUCE_SCATTER;
+
+    *displ = 0;
+    for (int j = 0; j < r; j++)
+        *displ += v ? (size_t)a->rcounts[j] : a->rcount;
+    *own = v ? (size_t)a->rcounts[r] : a->rcount;
+}
+
+/* Elements [*lo, *hi) of the slice that rank @r reduces. */
+static void owned_slice(const zcopy_coll_args_t *a, size_t elem, int n, int r,
+                        size_t *lo, size_t *hi)
+{
+    size_t displ, own;
+
+    if (a->type == ZCOPY_COLL_ALLREDUCE) {
+        zcopy_slice(a->scount, elem, r, n, lo, hi);
+        return;
+    }
+    scattered_block(a, r, &displ, &own);
+    *lo = displ;
+    *hi = displ + own;
+}
 
 /* Bytes before group @g's partial of slice @r in its maker's scratch. */
 static size_t partial_offset(const zcopy_span_algo_t *sa, int g, int r)
@@ -181,7 +209,7 @@ static size_t partial_offset(const zcopy_span_algo_t *sa, int g, int r)
     for (int q = r % m; q < r; q += m) {
         if (sa->sp->group[q] == g)
             continue;
-        zcopy_slice(sa->a->scount, sa->ssize, q, sa->nranks, &lo, &hi);
+        owned_slice(sa->a, sa->ssize, sa->nranks, q, &lo, &hi);
         off += (hi - lo) * sa->ssize;
     }
     return off;
@@ -198,16 +226,19 @@ static void make_partials(zcopy_span_algo_t *sa)
     for (int r = sp->index[sa->rank]; r < sa->nranks && m > 1; r += m) {
         if (same_group(sa, r))
             continue;
-        zcopy_slice(sa->a->scount, sa->ssize, r, sa->nranks, &lo, &hi);
+        owned_slice(sa->a, sa->ssize, sa->nranks, r, &lo, &hi);
         group_reduce(sa, dst, lo * sa->ssize, hi - lo);
         dst += (hi - lo) * sa->ssize;
     }
 }
 
-/* Stage 2: slice [lo, hi) of this rank = its group's inputs (this rank's
- * first: in place, the output is its alias) and every other group's
- * partial, fetched into the landing area; given to the group at once. */
-static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi)
+/* Stage 2: @dst = slice [lo, hi) of this rank's group's inputs (this
+ * rank's first: in place, @dst is its alias) and of every other group's
+ * partial, fetched into the landing area. With @share (allreduce), each
+ * step's result also goes to the same place of the group's outputs at
+ * once, while it is still in cache. */
+static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
+                             uint8_t *dst, bool share)
 {
     const void *srcs[ZCOPY_CTL_MAX_RANKS];
     const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
@@ -244,11 +275,11 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi)
 
         for (int i = 0; i < k; i++)
             srcs[i] = ins[i] + at * e;
-        if (zcopy_reduce(sa->a->op, sa->a->stype, out + (lo + at) * e, srcs,
-                         k, n) != ZCOPY_SUCCESS)
+        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, k,
+                         n) != ZCOPY_SUCCESS)
             sa->failed = true;
-        /* Copied out while still in cache. */
-        share_in_group(sa, out, (lo + at) * e, n * e);
+        if (share)
+            share_in_group(sa, out, (lo + at) * e, n * e);
     }
 }
 
@@ -299,7 +330,8 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
     if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
         return ZCOPY_ERR_INTERNAL;
     zcopy_slice(sa->a->scount, sa->ssize, sa->rank, sa->nranks, &lo, &hi);
-    reduce_own_slice(sa, lo, hi);
+    reduce_own_slice(sa, lo, hi, (uint8_t *)sa->a->rbuf + lo * sa->ssize,
+                     true);
     if (zcopy_span_sync(sa)) /* every slice reduced and in its group */
         return ZCOPY_ERR_INTERNAL;
     fetch_other_slices(sa);
@@ -330,21 +362,9 @@ zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa)
     return span_finish(sa);
 }
 
-/* Offset and length, in elements, of rank @r's block of a reduce_scatter. */
-static void scattered_block(const zcopy_coll_args_t *a, int r, size_t *displ,
-                            size_t *own)
-{
-    const bool v = a->type == ZCOPY_COLL_REDUCE_SCATTER;
-
-    *displ = 0;
-    for (int j = 0; j < r; j++)
-        *displ += v ? (size_t)a->rcounts[j] : a->rcount;
-    *own = v ? (size_t)a->rcounts[r] : a->rcount;
-}
-
-/* Rank r reduces block r of every input into its own output. In place the
- * result goes to block r of its buffer first (block 0 may still be read
- * by rank 0) and moves to the front after the sync. */
+/* Rank r reduces block r (hierarchically, as above) into its own output.
+ * In place the result goes to block r of its buffer first (block 0 may
+ * still be read) and moves to the front after the last sync. */
 zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
 {
     const zcopy_coll_args_t *a = sa->a;
@@ -355,7 +375,10 @@ zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
 
     scattered_block(a, me, &displ, &own);
     dst = in_place(sa, me) ? (uint8_t *)a->rbuf + displ * e : a->rbuf;
-    owner_reduce(sa, dst, me, displ * e, own);
+    make_partials(sa);
+    if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
+        return ZCOPY_ERR_INTERNAL;
+    reduce_own_slice(sa, displ, displ + own, dst, false);
     if (zcopy_span_sync(sa))
         return ZCOPY_ERR_INTERNAL;
     if (in_place(sa, me) && displ > 0 && own > 0)
@@ -369,7 +392,7 @@ void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
     const int me = sp->rank, g = sp->group[me];
     const int m = zcopy_span_group_size(sp, g);
     const size_t others = (size_t)(sp->nranks - m);
-    size_t lo, hi, displ, own;
+    size_t lo, hi;
 
     *landing = *scratch = 0;
     switch (a->type) {
@@ -378,15 +401,7 @@ void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
             *landing = others * a->scount * elem;
             return;
         }
-        zcopy_slice(a->scount, elem, me, sp->nranks, &lo, &hi);
-        *landing = (size_t)(sp->ngroups - 1) * (hi - lo) * elem;
-        for (int r = sp->index[me]; r < sp->nranks && m > 1; r += m) {
-            if (sp->group[r] == g)
-                continue;
-            zcopy_slice(a->scount, elem, r, sp->nranks, &lo, &hi);
-            *scratch += (hi - lo) * elem;
-        }
-        return;
+        break;
     case ZCOPY_COLL_REDUCE:
         if (sp->group[a->root] != g)
             return;
@@ -395,11 +410,19 @@ void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
         return;
     case ZCOPY_COLL_REDUCE_SCATTER:
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-        scattered_block(a, me, &displ, &own);
-        *landing = others * own * elem;
-        return;
+        break;
     default:
         return;
+    }
+    /* The hierarchical reductions: one slice per other group lands; this
+     * rank makes its group's partials of its share of foreign slices. */
+    owned_slice(a, elem, sp->nranks, me, &lo, &hi);
+    *landing = (size_t)(sp->ngroups - 1) * (hi - lo) * elem;
+    for (int r = sp->index[me]; r < sp->nranks && m > 1; r += m) {
+        if (sp->group[r] == g)
+            continue;
+        owned_slice(a, elem, sp->nranks, r, &lo, &hi);
+        *scratch += (hi - lo) * elem;
     }
 }
 
