@@ -10,10 +10,9 @@
  *
  * Reductions: every element is reduced by exactly one rank and then
  * copied (or, for a small allreduce, by every rank in the same order), so
- * all ranks get bitwise the same result. Allreduce and reduce_scatter are
- * hierarchical: each group first reduces its own inputs for the slices
- * that other groups own, and only those partials cross between groups.
- * reduce reads every input where it lies. Operands from another
+ * all ranks get bitwise the same result. They are hierarchical: each
+ * group first reduces its own inputs for the slices that other groups
+ * own, and only those partials cross between groups. Operands from another
  * group come by UCX get into the communicator's landing area, which the
  * reduction then reads. That copy of remote operands is the only one: a
  * reduction needs both operands in its own memory, and when the inputs
@@ -166,9 +165,8 @@ static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
     }
 }
 
-/* Hierarchical reductions (SPEC section 6): allreduce and reduce_scatter.
- * Rank r reduces slice r: for allreduce the vector is cut into one slice
- * per rank, for reduce_scatter slice r is block r. A group's partial of a
+/* Hierarchical reductions (SPEC section 6). Rank r reduces slice r (see
+ * owned_slice). A group's partial of a
  * slice that another group owns is made by its member r mod (group size)
  * and packed, in slice order, in that member's registered scratch; a rank
  * alone in its group has its input as its partials. */
@@ -185,19 +183,30 @@ static void scattered_block(const zcopy_coll_args_t *a, int r, size_t *displ,
     *own = v ? (size_t)a->rcounts[r] : a->rcount;
 }
 
-/* Elements [*lo, *hi) of the slice that rank @r reduces. */
-static void owned_slice(const zcopy_coll_args_t *a, size_t elem, int n, int r,
-                        size_t *lo, size_t *hi)
+/* Elements [*lo, *hi) of the slice that rank @r reduces: allreduce cuts
+ * the vector into one slice per rank, reduce into one per rank of the
+ * root's group (the others reduce nothing), reduce_scatter's slices are
+ * its blocks. */
+static void owned_slice(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
+                        size_t elem, int r, size_t *lo, size_t *hi)
 {
     size_t displ, own;
 
-    if (a->type == ZCOPY_COLL_ALLREDUCE) {
-        zcopy_slice(a->scount, elem, r, n, lo, hi);
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+        zcopy_slice(a->scount, elem, r, sp->nranks, lo, hi);
         return;
+    case ZCOPY_COLL_REDUCE:
+        *lo = *hi = 0;
+        if (sp->group[r] == sp->group[a->root])
+            zcopy_slice(a->scount, elem, sp->index[r],
+                        zcopy_span_group_size(sp, sp->group[r]), lo, hi);
+        return;
+    default:
+        scattered_block(a, r, &displ, &own);
+        *lo = displ;
+        *hi = displ + own;
     }
-    scattered_block(a, r, &displ, &own);
-    *lo = displ;
-    *hi = displ + own;
 }
 
 /* Bytes before group @g's partial of slice @r in its maker's scratch. */
@@ -209,7 +218,7 @@ static size_t partial_offset(const zcopy_span_algo_t *sa, int g, int r)
     for (int q = r % m; q < r; q += m) {
         if (sa->sp->group[q] == g)
             continue;
-        owned_slice(sa->a, sa->ssize, sa->nranks, q, &lo, &hi);
+        owned_slice(sa->sp, sa->a, sa->ssize, q, &lo, &hi);
         off += (hi - lo) * sa->ssize;
     }
     return off;
@@ -226,19 +235,19 @@ static void make_partials(zcopy_span_algo_t *sa)
     for (int r = sp->index[sa->rank]; r < sa->nranks && m > 1; r += m) {
         if (same_group(sa, r))
             continue;
-        owned_slice(sa->a, sa->ssize, sa->nranks, r, &lo, &hi);
+        owned_slice(sa->sp, sa->a, sa->ssize, r, &lo, &hi);
         group_reduce(sa, dst, lo * sa->ssize, hi - lo);
         dst += (hi - lo) * sa->ssize;
     }
 }
 
-/* Stage 2: @dst = slice [lo, hi) of this rank's group's inputs (this
- * rank's first: in place, @dst is its alias) and of every other group's
+/* Stage 2: @dst = slice [lo, hi) of this rank's group's inputs (rank
+ * @first's first: in place, @dst is its alias) and of every other group's
  * partial, fetched into the landing area. With @share (allreduce), each
  * step's result also goes to the same place of the group's outputs at
  * once, while it is still in cache. */
 static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
-                             uint8_t *dst, bool share)
+                             uint8_t *dst, int first, bool share)
 {
     const void *srcs[ZCOPY_CTL_MAX_RANKS];
     const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
@@ -251,7 +260,7 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
     if (len == 0)
         return;
     for (int i = 0; i < m; i++) {
-        int j = zcopy_span_member(sp, g, sp->index[me] + i);
+        int j = zcopy_span_member(sp, g, sp->index[first] + i);
         ins[k++] = zcopy_span_map(sa, j, args_of(sa, j)->sbuf + lo * e,
                                   len * e);
         sa->ipc_bytes += j == me ? 0 : len * e;
@@ -331,32 +340,33 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
         return ZCOPY_ERR_INTERNAL;
     zcopy_slice(sa->a->scount, sa->ssize, sa->rank, sa->nranks, &lo, &hi);
     reduce_own_slice(sa, lo, hi, (uint8_t *)sa->a->rbuf + lo * sa->ssize,
-                     true);
+                     sa->rank, true);
     if (zcopy_span_sync(sa)) /* every slice reduced and in its group */
         return ZCOPY_ERR_INTERNAL;
     fetch_other_slices(sa);
     return span_finish(sa);
 }
 
-/* The root's group reduces, one slice per member, straight into the
- * root's output. */
+/* The root's group reduces, one slice per member (hierarchically, as
+ * above), straight into the root's output. */
 zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa)
 {
     const int root = sa->a->root;
-    const size_t e = sa->ssize, count = sa->a->scount;
+    const size_t e = sa->ssize;
     size_t lo, hi;
     uint8_t *out;
 
+    make_partials(sa);
+    if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
+        return ZCOPY_ERR_INTERNAL;
     if (same_group(sa, root)) {
-        zcopy_slice(count, e, sa->sp->index[sa->rank], my_group_size(sa), &lo,
-                    &hi);
+        owned_slice(sa->sp, sa->a, e, sa->rank, &lo, &hi);
         out = zcopy_span_map(sa, root, args_of(sa, root)->rbuf + lo * e,
                              (hi - lo) * e);
         if (out != NULL || hi == lo) {
             /* The root's input first: in place it is the output's alias. */
-            owner_reduce(sa, out, root, lo * e, hi - lo);
-            if (sa->rank != root)
-                sa->ipc_bytes += (hi - lo) * e;
+            reduce_own_slice(sa, lo, hi, out, root, false);
+            sa->ipc_bytes += sa->rank == root ? 0 : (hi - lo) * e;
         }
     }
     return span_finish(sa);
@@ -378,7 +388,7 @@ zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
     make_partials(sa);
     if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
         return ZCOPY_ERR_INTERNAL;
-    reduce_own_slice(sa, displ, displ + own, dst, false);
+    reduce_own_slice(sa, displ, displ + own, dst, me, false);
     if (zcopy_span_sync(sa))
         return ZCOPY_ERR_INTERNAL;
     if (in_place(sa, me) && displ > 0 && own > 0)
@@ -403,11 +413,6 @@ void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
         }
         break;
     case ZCOPY_COLL_REDUCE:
-        if (sp->group[a->root] != g)
-            return;
-        zcopy_slice(a->scount, elem, sp->index[me], m, &lo, &hi);
-        *landing = others * (hi - lo) * elem;
-        return;
     case ZCOPY_COLL_REDUCE_SCATTER:
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
         break;
@@ -416,12 +421,12 @@ void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
     }
     /* The hierarchical reductions: one slice per other group lands; this
      * rank makes its group's partials of its share of foreign slices. */
-    owned_slice(a, elem, sp->nranks, me, &lo, &hi);
+    owned_slice(sp, a, elem, me, &lo, &hi);
     *landing = (size_t)(sp->ngroups - 1) * (hi - lo) * elem;
     for (int r = sp->index[me]; r < sp->nranks && m > 1; r += m) {
         if (sp->group[r] == g)
             continue;
-        owned_slice(a, elem, sp->nranks, r, &lo, &hi);
+        owned_slice(sp, a, elem, r, &lo, &hi);
         *scratch += (hi - lo) * elem;
     }
 }
