@@ -166,10 +166,10 @@ static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
 }
 
 /* Hierarchical reductions (SPEC section 6). Rank r reduces slice r (see
- * owned_slice). A group's partial of a
- * slice that another group owns is made by its member r mod (group size)
- * and packed, in slice order, in that member's registered scratch; a rank
- * alone in its group has its input as its partials. */
+ * owned_slice). A group's partial of a slice that another group owns is
+ * made by its member r mod (group size) and packed, in slice order, in
+ * that member's registered scratch; a rank alone in its group has its
+ * input as its partials. */
 
 /* Offset and length, in elements, of rank @r's block of a reduce_scatter. */
 static void scattered_block(const zcopy_coll_args_t *a, int r, size_t *displ,
