@@ -46,6 +46,7 @@ void zcopy_span_destroy(zcopy_span_t *sp)
     free(sp->sdispls);
     free(sp->sdispls_out);
     free(sp->flags);
+    free(sp->block_lo);
     free(sp->landing);
     zcopy_ucx_mem_unregister(sp->scratch_mem);
     free((void *)(uintptr_t)sp->scratch.va);
@@ -71,7 +72,8 @@ static zcopy_span_t *span_alloc(int rank, int n)
     sp->sdispls = calloc(un, sizeof(int64_t));
     sp->sdispls_out = calloc(un, sizeof(int64_t));
     sp->flags = calloc(un, sizeof(int32_t));
-    if (!sp->group || !sp->index || !sp->group_start || !sp->members ||
+    sp->block_lo = calloc(un, sizeof(size_t));
+    if (!sp->block_lo || !sp->group || !sp->index || !sp->group_start || !sp->members ||
         !sp->peers || !sp->eps || !sp->descs || !sp->sdispls ||
         !sp->sdispls_out || !sp->flags) {
         zcopy_span_destroy(sp);
@@ -287,6 +289,22 @@ static void span_fail(zcopy_span_algo_t *sa, const char *what, int r)
     sa->failed = true;
 }
 
+/* A get or put inside the group (or on this rank's own memory): a copy
+ * through the mapping, at once. */
+static void span_copy_mapped(zcopy_span_algo_t *sa, int r, uint64_t addr,
+                             size_t len, void *local, bool to_peer)
+{
+    uint8_t *peer = zcopy_span_map(sa, r, addr, len);
+
+    if (peer == NULL || peer == local)
+        return;
+    if (to_peer)
+        zcopy_copy(peer, local, len);
+    else
+        zcopy_copy(local, peer, len);
+    sa->ipc_bytes += r == sa->rank ? 0 : len;
+}
+
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
                     void *dst)
 {
@@ -295,11 +313,7 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
     if (sa->failed || len == 0)
         return;
     if (sa->sp->eps[r] == NULL) {
-        const uint8_t *src = zcopy_span_map(sa, r, addr, len);
-        if (src != NULL && src != dst) {
-            zcopy_copy(dst, src, len);
-            sa->ipc_bytes += r == sa->rank ? 0 : len;
-        }
+        span_copy_mapped(sa, r, addr, len, dst, false);
         return;
     }
     rkey = span_rkey(sa, r, addr, len);
@@ -316,11 +330,7 @@ void zcopy_span_put(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
     if (sa->failed || len == 0)
         return;
     if (sa->sp->eps[r] == NULL) {
-        uint8_t *dst = zcopy_span_map(sa, r, addr, len);
-        if (dst != NULL && dst != src) {
-            zcopy_copy(dst, src, len);
-            sa->ipc_bytes += r == sa->rank ? 0 : len;
-        }
+        span_copy_mapped(sa, r, addr, len, (void *)src, true);
         return;
     }
     rkey = span_rkey(sa, r, addr, len);
@@ -513,6 +523,14 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     char why[64];
 
     zcopy_coll_plan(zc, a, &al, &plan);
+    if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
+        plan.args.reason == REASON_NONE) { /* counts checked: none negative */
+        size_t at = 0;
+        for (int r = 0; r < sp->nranks; r++) {
+            sp->block_lo[r] = at;
+            at += (size_t)a->rcounts[r];
+        }
+    }
     inline_total = zcopy_coll_inline_bytes(zc, a);
     span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&

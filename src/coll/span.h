@@ -46,6 +46,8 @@ typedef struct zcopy_span {
     int64_t *sdispls;             /* alltoallv: where each peer's block for
                                      this rank starts in its send buffer */
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
+    size_t *block_lo;             /* reduce_scatter: where each rank's block
+                                     starts, in elements (once per call) */
     int32_t *flags;               /* by rank: puts to flush, then the syncs'
                                      failure flags */
     uint8_t *landing;             /* remote operands of reductions, sized

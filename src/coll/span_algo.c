@@ -95,6 +95,30 @@ static bool allreduce_replicated(const zcopy_coll_args_t *a, size_t elem)
            a->sbuf != MPI_IN_PLACE;
 }
 
+/* dst[0 .. count) = ins[0] op ins[1] op ... op ins[n - 1], step by step so
+ * that a step's inputs stay in cache. With @share (allreduce), each step's
+ * result also goes at once to the group's outputs, at byte @share_off on:
+ * it is still in cache then. */
+static void reduce_inputs(zcopy_span_algo_t *sa, uint8_t *dst,
+                          const uint8_t *const *ins, int n, size_t count,
+                          bool share, size_t share_off)
+{
+    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const size_t e = sa->ssize, chunk = zcopy_chunk_elems(e);
+
+    for (size_t at = 0; at < count && !sa->failed; at += chunk) {
+        size_t len = count - at < chunk ? count - at : chunk;
+
+        for (int k = 0; k < n; k++)
+            srcs[k] = ins[k] + at * e;
+        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, n,
+                         len) != ZCOPY_SUCCESS)
+            sa->failed = true;
+        if (share)
+            share_in_group(sa, sa->a->rbuf, share_off + at * e, len * e);
+    }
+}
+
 /* dst[0 .. count) = the reduction, over every rank in the order first,
  * first + 1, ... (mod n), of the @count elements at byte @off of each
  * rank's announced send buffer. dst may alias @first's input only. Other
@@ -102,11 +126,9 @@ static bool allreduce_replicated(const zcopy_coll_args_t *a, size_t elem)
 static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
                          size_t off, size_t count)
 {
-    const void *srcs[ZCOPY_CTL_MAX_RANKS];
     const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
     const int n = sa->nranks;
-    const size_t e = sa->ssize, bytes = count * e;
-    const size_t chunk = zcopy_chunk_elems(e);
+    const size_t bytes = count * sa->ssize;
     uint8_t *slot = sa->sp->landing;
 
     if (count == 0 || sa->failed)
@@ -125,15 +147,7 @@ static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
         slot += bytes;
     }
     zcopy_span_complete(sa);
-    for (size_t at = 0; at < count && !sa->failed; at += chunk) {
-        size_t len = count - at < chunk ? count - at : chunk;
-
-        for (int k = 0; k < n; k++)
-            srcs[k] = ins[k] + at * e;
-        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, n,
-                         len) != ZCOPY_SUCCESS)
-            sa->failed = true;
-    }
+    reduce_inputs(sa, dst, ins, n, count, false, 0);
 }
 
 /* dst[0 .. count) = the reduction of this group's inputs at byte @off,
@@ -141,11 +155,10 @@ static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
 static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
                          size_t count)
 {
-    const void *srcs[ZCOPY_CTL_MAX_RANKS];
     const zcopy_span_t *sp = sa->sp;
     const int g = group_of(sa, sa->rank), m = my_group_size(sa);
-    const size_t e = sa->ssize, chunk = zcopy_chunk_elems(e);
-    uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
+    const size_t e = sa->ssize;
+    const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
 
     if (count == 0)
         return;
@@ -155,14 +168,7 @@ static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
                                 count * e);
         sa->ipc_bytes += j == sa->rank ? 0 : count * e;
     }
-    for (size_t at = 0; at < count && !sa->failed; at += chunk) {
-        size_t len = count - at < chunk ? count - at : chunk;
-        for (int k = 0; k < m; k++)
-            srcs[k] = ins[k] + at * e;
-        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, m,
-                         len) != ZCOPY_SUCCESS)
-            sa->failed = true;
-    }
+    reduce_inputs(sa, dst, ins, m, count, false, 0);
 }
 
 /* Hierarchical reductions (SPEC section 6). Rank r reduces slice r (see
@@ -172,17 +178,17 @@ static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
  * input as its partials. */
 
 /* Offset and length, in elements, of rank @r's block of a reduce_scatter. */
-static void scattered_block(const zcopy_coll_args_t *a, int r, size_t *displ,
-                            size_t *own)
+static void scattered_block(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
+                            int r, size_t *displ, size_t *own)
 {
-    const bool v = a->type == ZCOPY_COLL_REDUCE_SCATTER;
-
-    *displ = 0;
-    for (int j = 0; j < r; j++)
-        *displ += v ? (size_t)a->rcounts[j] : a->rcount;
-    *own = v ? (size_t)a->rcounts[r] : a->rcount;
+    if (a->type == ZCOPY_COLL_REDUCE_SCATTER) {
+        *displ = sp->block_lo[r];
+        *own = (size_t)a->rcounts[r];
+        return;
+    }
+    *displ = (size_t)r * a->rcount;
+    *own = a->rcount;
 }
-
 /* Elements [*lo, *hi) of the slice that rank @r reduces: allreduce cuts
  * the vector into one slice per rank, reduce into one per rank of the
  * root's group (the others reduce nothing), reduce_scatter's slices are
@@ -203,7 +209,7 @@ static void owned_slice(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
                         zcopy_span_group_size(sp, sp->group[r]), lo, hi);
         return;
     default:
-        scattered_block(a, r, &displ, &own);
+        scattered_block(sp, a, r, &displ, &own);
         *lo = displ;
         *hi = displ + own;
     }
@@ -243,18 +249,16 @@ static void make_partials(zcopy_span_algo_t *sa)
 
 /* Stage 2: @dst = slice [lo, hi) of this rank's group's inputs (rank
  * @first's first: in place, @dst is its alias) and of every other group's
- * partial, fetched into the landing area. With @share (allreduce), each
- * step's result also goes to the same place of the group's outputs at
- * once, while it is still in cache. */
+ * partial, fetched into the landing area. With @share (allreduce), the
+ * result also goes to the same place of the group's outputs. */
 static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
                              uint8_t *dst, int first, bool share)
 {
-    const void *srcs[ZCOPY_CTL_MAX_RANKS];
     const uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
     const zcopy_span_t *sp = sa->sp;
     const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
-    const size_t e = sa->ssize, len = hi - lo, chunk = zcopy_chunk_elems(e);
-    uint8_t *out = sa->a->rbuf, *slot = sp->landing;
+    const size_t e = sa->ssize, len = hi - lo;
+    uint8_t *slot = sp->landing;
     int k = 0;
 
     if (len == 0)
@@ -279,17 +283,7 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
         slot += len * e;
     }
     zcopy_span_complete(sa);
-    for (size_t at = 0; at < len && !sa->failed; at += chunk) {
-        size_t n = len - at < chunk ? len - at : chunk;
-
-        for (int i = 0; i < k; i++)
-            srcs[i] = ins[i] + at * e;
-        if (zcopy_reduce(sa->a->op, sa->a->stype, dst + at * e, srcs, k,
-                         n) != ZCOPY_SUCCESS)
-            sa->failed = true;
-        if (share)
-            share_in_group(sa, out, (lo + at) * e, n * e);
-    }
+    reduce_inputs(sa, dst, ins, k, len, share, lo * e);
 }
 
 /* Stage 3: every slice another group owns is fetched once per group,
@@ -383,7 +377,7 @@ zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
     size_t displ, own;
     uint8_t *dst;
 
-    scattered_block(a, me, &displ, &own);
+    scattered_block(sa->sp, a, me, &displ, &own);
     dst = in_place(sa, me) ? (uint8_t *)a->rbuf + displ * e : a->rbuf;
     make_partials(sa);
     if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
