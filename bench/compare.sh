@@ -27,10 +27,13 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
   --bench FILE            zcopy_bench to run [BUILD/bench/zcopy_bench]
   --out DIR               results [BUILD/bench-results/<timestamp>]
   --mpirun-args "ARGS"    more mpirun arguments (e.g. "--bind-to core")
+  --buffers KIND          activated, huge or malloc [activated]; malloc
+                          measures what the component costs a job that
+                          never activates memory (every call falls back)
   --no-plot               no charts even when gnuplot is installed
   -h, --help              this text
 Modes: zcopy (the component on the search path) and stock (--mca coll
-^zcopy); both on buffers from one activated arena (--buffers activated).
+^zcopy); both on the same kind of buffers (by default one activated arena).
 Writes per-run CSVs and logs, rows.tsv, summary.md, summary.csv and
 busbw-<collective>.png into the output directory.
 EOF
@@ -43,6 +46,7 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 
 colls=all minb=16 maxb=64M factor=4 dtype=int32 op=sum iters=20 warmup=5
 reps=5 nps=2 build=./build bench='' out='' mpirun_args='' plot=1
+buffers=activated
 extra=()
 while (($#)); do
     case $1 in
@@ -60,6 +64,7 @@ while (($#)); do
     --bench) bench=$2; shift ;;
     --out) out=$2; shift ;;
     --mpirun-args) mpirun_args=$2; shift ;;
+    --buffers) buffers=$2; shift ;;
     --no-plot) plot=0 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
@@ -69,6 +74,8 @@ while (($#)); do
 done
 
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
+[[ $buffers =~ ^(activated|huge|malloc)$ ]] ||
+    die "--buffers is activated, huge or malloc"
 [[ $nps =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --np list: $nps"
 bench=${bench:-$build/bench/zcopy_bench}
 [[ -x $bench ]] || die "no $bench: build first (cmake --build $build)"
@@ -97,7 +104,7 @@ run_one() {
         mpirun --allow-run-as-root --oversubscribe -np "$np" "${mca[@]}" \
         $mpirun_args "$bench" -c "$colls,memcpy" -b "$minb" -e "$maxb" \
         -f "$factor" -t "$dtype" -o "$op" -n "$iters" -w "$warmup" \
-        --buffers activated --no-progress --csv "$out/$name.csv" \
+        --buffers "$buffers" --no-progress --csv "$out/$name.csv" \
         "${extra[@]}" >"$out/$name.log" 2>&1 || rc=$?
     # 1: the bench found wrong results (counted in the CSV); others: broken.
     if ((rc != 0 && rc != 1)) || [[ ! -s $out/$name.csv ]]; then
@@ -281,7 +288,7 @@ ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
     echo "$(date '+%Y-%m-%d %H:%M:%S'), $(uname -n), $ompi_version," \
          "$(nproc) cores; np $nps, $reps runs per mode (interleaved)," \
          "sizes $minb..$maxb x$factor, $dtype $op, $iters iterations" \
-         "($warmup warm-up), activated buffers${extra[*]:+, extra: ${extra[*]}}."
+         "($warmup warm-up), $buffers buffers${extra[*]:+, extra: ${extra[*]}}."
     echo
     echo "Times are medians over the runs of each run's median iteration" \
          "(an iteration lasts as long as its slowest rank). stock/zcopy > 1:" \

@@ -50,8 +50,15 @@ int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va);
 /* *activated = 1 when [buf, buf + size) lies wholly inside activated memory. */
 int MPIX_Zcopy_query(MPI_Comm comm, const void *buf, size_t size,
                      int *activated);
-/* Counters of @comm since its creation (zeros where zcopy is not enabled). */
+/* Counters of @comm since its creation (zeros where zcopy is not enabled).
+ * The macro passes the size of the caller's struct, so that a program
+ * built against this header keeps working with a library whose struct has
+ * grown, and is never written past the end of its own. */
 int MPIX_Zcopy_get_stats(MPI_Comm comm, MPIX_Zcopy_stats *stats);
+int MPIX_Zcopy_get_stats_sized(MPI_Comm comm, MPIX_Zcopy_stats *stats,
+                               size_t size);
+#define MPIX_Zcopy_get_stats(comm, stats)                                    \
+    MPIX_Zcopy_get_stats_sized((comm), (stats), sizeof(*(stats)))
 
 #ifdef __cplusplus
 }

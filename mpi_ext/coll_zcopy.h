@@ -26,6 +26,7 @@ typedef struct {
     unsigned long small_msg;      /* coll_zcopy_small_msg */
     int yield;                    /* coll_zcopy_yield */
     int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
+    int wait_report;              /* coll_zcopy_wait_report, seconds */
 } mca_coll_zcopy_component_t;
 
 OMPI_MODULE_DECLSPEC extern mca_coll_zcopy_component_t mca_coll_zcopy_component;
@@ -58,6 +59,9 @@ OBJ_CLASS_DECLARATION(mca_coll_zcopy_module_t);
 
 mca_coll_base_module_t *mca_coll_zcopy_comm_query(ompi_communicator_t *comm,
                                                   int *priority);
+
+/* Hands libzcopy the hooks it needs from Open MPI (coll_zcopy_host.c). */
+void mca_coll_zcopy_install_host(void);
 
 /* MPI_T performance variables (coll_zcopy_component.c). */
 int mca_coll_zcopy_register_pvars(void);

@@ -39,6 +39,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .small_msg = 16384,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
+    .wait_report = 60,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -127,6 +128,11 @@ static int zcopy_register(void)
         MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_9,
         MCA_BASE_VAR_SCOPE_READONLY, &c->small_msg);
 
+    zcopy_register_int("wait_report",
+        "Seconds a rank waits inside a zero-copy collective for a peer "
+        "before it reports, once, which rank it awaits in which collective "
+        "(it keeps waiting, as MPI does); 0 never reports",
+        OPAL_INFO_LVL_9, &c->wait_report);
     zcopy_register_transport(c);
 
     /* libzcopy reads these from its own process-wide configuration. */
@@ -136,6 +142,8 @@ static int zcopy_register(void)
     zcopy_config.small_msg = c->small_msg;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;
+    zcopy_config.wait_report_s = c->wait_report > 0 ? c->wait_report : 0;
+    mca_coll_zcopy_install_host();
 
     return mca_coll_zcopy_register_pvars();
 }

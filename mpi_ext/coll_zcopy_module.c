@@ -313,6 +313,7 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
     if (zcopy_comm_create(comm, ompi_comm_rank(comm), ompi_comm_size(comm),
                           &ops, &m->zcomm) != ZCOPY_SUCCESS)
         return OMPI_ERR_OUT_OF_RESOURCE;
+    m->zcomm->name = comm->c_name;
     zcopy_log(ZCOPY_LOG_DEBUG, "component", "enabled on %s (%d ranks)",
               comm->c_name, ompi_comm_size(comm));
     return OMPI_SUCCESS;

@@ -163,9 +163,11 @@ ZCOPY_EXPORT int MPIX_Zcopy_query(MPI_Comm comm, const void *buf, size_t size,
     return MPI_SUCCESS;
 }
 
-ZCOPY_EXPORT int MPIX_Zcopy_get_stats(MPI_Comm comm, MPIX_Zcopy_stats *stats)
+/* Copies the first @size bytes of the counters: a caller's struct may
+ * predate fields added since, and is never written past its end. */
+static int get_stats(MPI_Comm comm, void *stats, size_t size, const char *call)
 {
-    static const char call[] = "MPIX_Zcopy_get_stats";
+    MPIX_Zcopy_stats all;
     zcopy_comm_t *zc;
 
     if (comm_is_null(comm))
@@ -173,10 +175,33 @@ ZCOPY_EXPORT int MPIX_Zcopy_get_stats(MPI_Comm comm, MPIX_Zcopy_stats *stats)
                                "communicator is MPI_COMM_NULL");
     if (stats == NULL)
         return zcopy_mpi_raise(comm, MPI_ERR_ARG, call, "stats is NULL");
+    if (size < offsetof(MPIX_Zcopy_stats, inline_calls))
+        return zcopy_mpi_raise(comm, MPI_ERR_ARG, call,
+                               "stats size is smaller than the first "
+                               "version of MPIX_Zcopy_stats");
     zc = zcopy_comm_lookup(comm);
     if (zc == NULL)
-        memset(stats, 0, sizeof(*stats));
+        memset(&all, 0, sizeof(all));
     else
-        *stats = zc->stats;
+        all = zc->stats;
+    memcpy(stats, &all, size < sizeof(all) ? size : sizeof(all));
+    if (size > sizeof(all)) /* a newer header's fields this build lacks */
+        memset((char *)stats + sizeof(all), 0, size - sizeof(all));
     return MPI_SUCCESS;
+}
+
+ZCOPY_EXPORT int MPIX_Zcopy_get_stats_sized(MPI_Comm comm,
+                                            MPIX_Zcopy_stats *stats,
+                                            size_t size)
+{
+    return get_stats(comm, stats, size, "MPIX_Zcopy_get_stats");
+}
+
+/* The symbol binaries built before the size was passed call: they may hold
+ * the first version of the struct, which ended before inline_calls. */
+#undef MPIX_Zcopy_get_stats
+ZCOPY_EXPORT int MPIX_Zcopy_get_stats(MPI_Comm comm, MPIX_Zcopy_stats *stats)
+{
+    return get_stats(comm, stats, offsetof(MPIX_Zcopy_stats, inline_calls),
+                     "MPIX_Zcopy_get_stats");
 }

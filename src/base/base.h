@@ -67,6 +67,7 @@ typedef struct {
     size_t small_msg;          /* bytes: below, latency-optimised algorithms */
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
     int transport;             /* zcopy_transport_t: how peers are reached */
+    int wait_report_s;         /* report a peer awaited this long (0: never) */
 } zcopy_config_t;
 
 /* coll_zcopy_transport: auto maps peers inside a server and uses UCX

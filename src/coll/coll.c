@@ -38,6 +38,7 @@ const char *const zcopy_coll_reason_text[REASON_COUNT] = {
     [REASON_SPAN_IN_PLACE] = "in place across servers",
     [REASON_UCX_BLOCK] = "buffer not inside one UCX-registered block",
     [REASON_SCRATCH] = "no memory for landing or scratch",
+    [REASON_SETTINGS] = "settings differ between ranks",
 };
 
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
@@ -70,6 +71,32 @@ zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
     return ZCOPY_FALLBACK;
 }
 
+zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
+                                        zcopy_coll_type_t type, int rank,
+                                        uint64_t seq)
+{
+    const uint32_t reason = zcopy_ctl_reason(zc->ctl, rank, seq);
+
+    /* The code comes from another process: checked before it indexes. The
+     * text leaves the rank out, so that every rank records the same one
+     * whenever the ranks that declined did so for one reason. */
+    zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: %s falls back, rank %d "
+              "declined (reason %u)", zc->rank, zcopy_coll_names[type], rank,
+              reason);
+    return zcopy_coll_fallback(zc, type, reason < REASON_COUNT &&
+                                                 reason != REASON_NONE
+                                             ? zcopy_coll_reason_text[reason]
+                                             : "a rank was not eligible");
+}
+
+/* Collectives whose planning writes vectors into the control slot, which
+ * a peer may still be reading for the collective before the last. */
+static bool coll_writes_vectors(zcopy_coll_type_t type)
+{
+    return type == ZCOPY_COLL_GATHERV || type == ZCOPY_COLL_SCATTERV ||
+           type == ZCOPY_COLL_ALLTOALLV;
+}
+
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
  * component's collectives. Never retried after a failure. */
@@ -95,14 +122,6 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
     return st;
 }
 
-static int first_ineligible(const zcopy_algo_t *al)
-{
-    for (int r = 0; r < al->nranks; r++)
-        if (zcopy_algo_args(al, r)->reason != REASON_NONE)
-            return r;
-    return -1;
-}
-
 ZCOPY_COMPONENT_API void zcopy_coll_passthrough(void)
 {
     zcopy_ipc_sweep();
@@ -120,7 +139,6 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                         .nranks = zc->size };
     size_t inline_total;
     coll_plan_t plan;
-    char why[64];
     int bad;
 
     /* Peers' deactivated blocks are unmapped at every collective, on any
@@ -134,21 +152,24 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return zcopy_span_run(zc, a);
 
     al.ctl = zc->ctl;
+    if (coll_writes_vectors(a->type))
+        zcopy_ctl_claim(zc->ctl, zcopy_ctl_next(zc->ctl));
     zcopy_coll_plan(zc, a, &al, &plan);
+    if (plan.args.reason != REASON_NONE) {
+        /* Not eligible: say so and leave, waiting for nobody. */
+        zcopy_ctl_decline(zc->ctl, plan.args.reason);
+        return zcopy_coll_fallback(zc, a->type,
+                                   zcopy_coll_reason_text[plan.args.reason]);
+    }
     inline_total = zcopy_coll_inline_bytes(zc, a);
     if (inline_total > 0)
         return zcopy_coll_run_inline(zc, a, &plan, inline_total);
     al.seq = zcopy_ctl_publish(zc->ctl, &plan.args);
     /* While the arrival travels: fetch the peer data the last call read. */
     zcopy_ctl_prefetch_hints(zc->ctl);
-    zcopy_ctl_wait_arrivals(zc->ctl, al.seq);
-
-    bad = first_ineligible(&al);
-    if (bad >= 0) {
-        snprintf(why, sizeof(why), "rank %d %s", bad,
-                 zcopy_coll_reason_text[zcopy_algo_args(&al, bad)->reason]);
-        return zcopy_coll_fallback(zc, a->type, why);
-    }
+    bad = zcopy_ctl_wait_arrivals(zc->ctl, al.seq, zcopy_coll_names[a->type]);
+    if (bad >= 0)
+        return zcopy_coll_fallback_peer(zc, a->type, bad, al.seq);
     zc->stats.zcopy_calls++;
     if (a->type == ZCOPY_COLL_BARRIER)
         return ZCOPY_SUCCESS; /* arrival was the barrier */

@@ -4,8 +4,8 @@
  */
 #include "control.h"
 
+#include "host/host.h"
 #include "topo/topo.h"
-#include "ucx/ucx.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* What every rank tells the others when a communicator is set up. */
@@ -36,15 +37,68 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Waiting: spin while every rank has a core; when ranks outnumber cores,
- * give the core away quickly, or the rank being waited for cannot run.
- * Once UCX is in use, a peer's get or put may need our worker (UCX 1.13
- * emulates them with active messages), so every wait progresses it; before
- * that, zcopy_ucx_progress() is one load and a branch. */
-static inline void ctl_relax(const zcopy_ctl_t *ctl, unsigned *spins)
+/* A wait in progress: which collective, and since when, so that a peer that
+ * never arrives is reported once (the wait itself goes on, as MPI's does). */
+typedef struct {
+    const zcopy_ctl_t *ctl;
+    const char *what;
+    uint64_t seq;
+    unsigned spins;
+    bool reported;
+    struct timespec since;
+} ctl_wait_t;
+
+/* Spins between two runs of the MPI library's progress engine: a few
+ * hundred nanoseconds, longer than a tiny collective's arrival takes, so
+ * the latency of a call whose peers are already there pays nothing. */
+#define CTL_SPINS_PER_PROGRESS 16
+/* Spins between two looks at the clock for the stuck-peer report. */
+#define CTL_SPINS_PER_CLOCK 4096
+
+static void ctl_wait_init(ctl_wait_t *w, const zcopy_ctl_t *ctl,
+                          const char *what, uint64_t seq)
 {
-    zcopy_ucx_progress();
-    if (ctl->yield ? ++*spins > 8 : (++*spins & 0xfff) == 0)
+    *w = (ctl_wait_t){ .ctl = ctl, .what = what, .seq = seq };
+}
+
+static void ctl_wait_check_clock(ctl_wait_t *w, int peer)
+{
+    struct timespec now;
+    double waited;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (w->since.tv_sec == 0 && w->since.tv_nsec == 0) {
+        w->since = now;
+        return;
+    }
+    waited = (double)(now.tv_sec - w->since.tv_sec) +
+             (double)(now.tv_nsec - w->since.tv_nsec) * 1e-9;
+    if (w->reported || zcopy_config.wait_report_s <= 0 ||
+        waited < (double)zcopy_config.wait_report_s)
+        return;
+    w->reported = true;
+    zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d has waited %.0f s for rank %d "
+              "in %s (collective %llu on this communicator); still waiting",
+              w->ctl->rank, waited, peer, w->what ? w->what : "a collective",
+              (unsigned long long)w->seq);
+}
+
+/* One turn of a wait for @peer. MPI's progress rule: while this rank waits,
+ * its process's point-to-point, nonblocking and one-sided operations must
+ * keep completing, so the MPI library's progress engine runs every few
+ * spins (and, through it, zcopy's UCX worker, which a peer's emulated get
+ * or put may need). Spin while every rank has a core; when ranks outnumber
+ * cores, give the core away quickly, or the rank waited for cannot run. */
+static inline void ctl_relax(ctl_wait_t *w, int peer)
+{
+    const unsigned n = ++w->spins;
+    const bool yielding = w->ctl->yield && n > 8;
+
+    if (yielding || n % CTL_SPINS_PER_PROGRESS == 0)
+        zcopy_host.progress();
+    if (n % CTL_SPINS_PER_CLOCK == 0 || (yielding && n % 64 == 0))
+        ctl_wait_check_clock(w, peer);
+    if (yielding || n % 4096 == 0)
         sched_yield();
     else
         cpu_relax();
@@ -208,11 +262,10 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         goto out; /* every rank saw the service collective fail */
     }
     if (zcopy_config.verbose >= ZCOPY_LOG_INFO) {
-        char name[MPI_MAX_OBJECT_NAME] = "";
-        int len = 0;
+        const char *name = zc->name;
 
-        MPI_Comm_get_name(zc->handle, name, &len);
-        zcopy_topo_print_server_map(name[0] ? name : "an unnamed communicator",
+        zcopy_topo_print_server_map(name && name[0] ? name
+                                                    : "an unnamed communicator",
                                     zc->size, &all[0].where, sizeof(*all));
     }
     other = first_other_server(all, zc->size);
@@ -261,60 +314,125 @@ out:
 
 /* --- per collective ------------------------------------------------------ */
 
+void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
+{
+    ctl_wait_t w;
+
+    if (ctl->arrived + 1 >= seq)
+        return;
+    ctl_wait_init(&w, ctl, "the arrival of the previous collective", seq);
+    for (int r = 0; r < ctl->nranks; r++) {
+        const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
+        while (atomic_load_explicit(&slot->arrive, memory_order_acquire) <
+               seq - 1)
+            ctl_relax(&w, r);
+    }
+    ctl->arrived = seq - 1;
+}
+
+void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
+{
+    zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
+    const uint64_t seq = ++ctl->seq;
+
+    /* Release: a peer that sees the arrival also sees the reason. */
+    atomic_store_explicit(&own->reasons[seq % ZCOPY_CTL_REASONS],
+                          seq << 8 | (reason & 0xffu), memory_order_release);
+    atomic_store_explicit(&own->arrive, seq, memory_order_release);
+}
+
 uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
-    uint64_t seq = ++ctl->seq;
+    const uint64_t seq = ++ctl->seq;
+    zcopy_ctl_record_t *rec = &own->rec[seq & 1];
 
-    own->args[seq & 1] = *args;
-    /* Release: peers that see seq also see args and vectors written above. */
+    zcopy_ctl_claim(ctl, seq);
+    rec->args = *args;
+    /* Release: peers that see the tag also see args and vectors. */
+    atomic_store_explicit(&rec->seq, seq, memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
     return seq;
 }
 
-void zcopy_ctl_wait_arrivals(const zcopy_ctl_t *ctl, uint64_t seq)
+/* Waits for @rank's record of @seq (*tag, its tag word) or its arrival;
+ * true when the record is there, false when the rank declined. */
+static bool ctl_wait_record(ctl_wait_t *w, int rank, _Atomic uint64_t *tag,
+                            uint64_t seq)
 {
-    unsigned spins = 0;
+    const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(w->ctl, rank);
 
-    for (int r = 0; r < ctl->nranks; r++) {
-        const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
-        /* Acquire: pairs with the peer's release, so its args are visible. */
-        while (atomic_load_explicit(&slot->arrive, memory_order_acquire) < seq)
-            ctl_relax(ctl, &spins);
+    for (;;) {
+        /* Acquire: pairs with the peer's release of the tag. */
+        if (atomic_load_explicit(tag, memory_order_acquire) == seq)
+            return true;
+        if (atomic_load_explicit(&slot->arrive, memory_order_acquire) >= seq)
+            /* The tag is stored before the arrival: look once more. */
+            return atomic_load_explicit(tag, memory_order_acquire) == seq;
+        ctl_relax(w, rank);
     }
 }
 
-/* A rank rewrites inl[seq % 2] only after it saw every peer at seq - 1,
- * so every peer has finished reading it for seq - 2. No sync is needed on
- * the way out: nobody touches another rank's buffers. */
-uint64_t zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, uint32_t reason,
-                                   const void *data, size_t len)
+int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what)
 {
-    zcopy_ctl_inline_t *own;
-    uint64_t seq = ++ctl->inline_seq;
-    unsigned spins = 0;
+    int first_declined = -1;
+    ctl_wait_t w;
 
-    own = &zcopy_ctl_slot(ctl, ctl->rank)->inl[seq & 1];
-    own->reason = reason;
-    if (len > 0)
-        memcpy(own->data, data, len);
-    /* Release: a peer that sees seq also sees reason and data. */
-    atomic_store_explicit(&own->seq, seq, memory_order_release);
+    ctl_wait_init(&w, ctl, what, seq);
     for (int r = 0; r < ctl->nranks; r++) {
-        const zcopy_ctl_inline_t *peer = zcopy_ctl_inline(ctl, r, seq);
-        while (atomic_load_explicit(&peer->seq, memory_order_acquire) < seq)
-            ctl_relax(ctl, &spins);
+        zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
+        if (!ctl_wait_record(&w, r, &slot->rec[seq & 1].seq, seq) &&
+            first_declined < 0)
+            first_declined = r;
     }
-    return seq;
+    ctl->arrived = seq;
+    return first_declined;
+}
+
+int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
+                              const char *what)
+{
+    zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
+    const uint64_t seq = ++ctl->seq;
+    zcopy_ctl_inline_t *line = &own->inl[seq & 1];
+    int first_declined = -1;
+    ctl_wait_t w;
+
+    zcopy_ctl_claim(ctl, seq);
+    line->reason = 0;
+    if (len > 0)
+        memcpy(line->data, data, len);
+    /* Release: a peer that sees the tag also sees the payload. */
+    atomic_store_explicit(&line->seq, seq, memory_order_release);
+    atomic_store_explicit(&own->arrive, seq, memory_order_release);
+    ctl_wait_init(&w, ctl, what, seq);
+    for (int r = 0; r < ctl->nranks; r++) {
+        zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
+        if (!ctl_wait_record(&w, r, &slot->inl[seq & 1].seq, seq) &&
+            first_declined < 0)
+            first_declined = r;
+    }
+    ctl->arrived = seq;
+    return first_declined;
+}
+
+uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
+{
+    const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, rank);
+    const uint64_t v = atomic_load_explicit(
+        &slot->reasons[seq % ZCOPY_CTL_REASONS], memory_order_acquire);
+
+    return v >> 8 == seq ? (uint32_t)(v & 0xffu) : ZCOPY_CTL_REASON_UNKNOWN;
 }
 
 bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     uint64_t target = ++ctl->syncs;
-    unsigned spins = 0;
     bool any_failed = failed;
+    ctl_wait_t w;
 
+    ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
     /* Release: every load and store this rank made on peers' buffers
      * happens before any peer passes this sync. */
     atomic_store_explicit(&own->sync, target << 1 | failed,
@@ -324,7 +442,7 @@ bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
         uint64_t v;
         while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
                 1) < target)
-            ctl_relax(ctl, &spins);
+            ctl_relax(&w, r);
         any_failed |= v & 1;
     }
     return any_failed;

@@ -4,15 +4,30 @@
  * each other's buffer addresses, and the synchronisation steps of the
  * zero-copy algorithms.
  *
+ * Every collective has a number k, the same on every rank. A rank that is
+ * not eligible for k says so and leaves at once for the fallback: it stores
+ * its reason and then its arrival, and waits for nobody, so a job that
+ * never activates memory pays two stores to lines nobody else reads. An
+ * eligible rank writes a record tagged k (its arguments, or an inline
+ * payload), then its arrival, and waits for every peer's record or
+ * arrival: a peer that arrived at k without a record tagged k was not
+ * eligible, and then every rank falls back.
+ *
  * Slot layout (one writer per slot, read by every rank of the comm):
- *   line 0  arrive: number of the last collective this rank entered, and
- *           that collective's arguments, double-buffered by parity. A rank
- *           rewrites args[k % 2] only in collective k, after it has seen
- *           every peer arrive at k - 1, i.e. after every peer finished
- *           reading args[k % 2] of collective k - 2.
- *   line 1  sync: (number of syncs passed << 1) | failed.
- *   then    vectors (counts, displacements) of the v-collectives, also
- *           double-buffered, for the peers that need another rank's.
+ *   line 0    records by parity: arguments of collective k in rec[k % 2]
+ *   line 1    sync: (number of syncs passed << 1) | failed
+ *   line 2    arrive: the number of the last collective this rank entered
+ *   lines 3-4 inline records by parity: flag, eligibility and payload in one
+ *   line 5    reasons: (k << 8 | reason) of the collectives declined,
+ *             in reasons[k % ZCOPY_CTL_REASONS]; read only to word a
+ *             fallback, so a rank running far ahead may overwrite one
+ *   then      vectors (counts, displacements) of the v-collectives, by
+ *             parity like the records
+ *
+ * Records (and vectors) of parity k % 2 are rewritten only by an eligible
+ * rank at k + 2, after it saw every peer arrive at k + 1: by then every
+ * peer has finished collective k and its reading of them. Ineligible ranks
+ * never write them, so they may run ahead freely.
  */
 #ifndef ZCOPY_COLL_CONTROL_H
 #define ZCOPY_COLL_CONTROL_H
@@ -24,35 +39,49 @@
 #include <stdatomic.h>
 
 typedef struct {
-    uint32_t reason;              /* ZCOPY_ELIGIBLE or why this rank is not */
+    uint32_t reason;              /* REASON_NONE or why this rank is not */
     uint32_t flags;               /* ZCOPY_CTL_IN_PLACE */
     uint64_t sbuf;                /* effective send buffer (own address) */
     uint64_t rbuf;
 } zcopy_ctl_args_t;
+
+/* An eligible rank's arguments for collective seq (written last). */
+typedef struct {
+    _Atomic uint64_t seq;
+    zcopy_ctl_args_t args;
+} zcopy_ctl_record_t;
 
 #define ZCOPY_CTL_INLINE_MAX 48   /* payload bytes that fit a line */
 
 /* A tiny collective in one line: flag, eligibility and payload travel in
  * a single cache-line transfer. */
 typedef struct {
-    _Atomic uint64_t seq;         /* number of the inline collective */
+    _Atomic uint64_t seq;         /* number of the collective (written last) */
     uint32_t reason;
     uint32_t flags;
     uint8_t data[ZCOPY_CTL_INLINE_MAX];
 } zcopy_ctl_inline_t;
 static_assert(sizeof(zcopy_ctl_inline_t) == ZCOPY_CACHE_LINE, "one line");
 
+#define ZCOPY_CTL_REASONS 8       /* declined collectives remembered */
+
 typedef struct {
-    _Atomic uint64_t arrive;
-    zcopy_ctl_args_t args[2];
-    uint8_t pad0[ZCOPY_CACHE_LINE - 8 - 2 * sizeof(zcopy_ctl_args_t)];
+    zcopy_ctl_record_t rec[2];
     _Atomic uint64_t sync;
     uint8_t pad1[ZCOPY_CACHE_LINE - 8];
-    zcopy_ctl_inline_t inl[2];    /* by parity, like args */
+    _Atomic uint64_t arrive;
+    uint8_t pad2[ZCOPY_CACHE_LINE - 8];
+    zcopy_ctl_inline_t inl[2];    /* by parity, like rec */
+    _Atomic uint64_t reasons[ZCOPY_CTL_REASONS];
     int64_t vectors[];            /* [2][ZCOPY_CTL_NVEC][nranks], in bytes */
 } zcopy_ctl_slot_t;
-static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
-              "slot header is four cache lines, shared between processes");
+static_assert(sizeof(zcopy_ctl_record_t) * 2 == ZCOPY_CACHE_LINE,
+              "both records share line 0");
+static_assert(sizeof(zcopy_ctl_slot_t) == 6 * ZCOPY_CACHE_LINE,
+              "slot header is six cache lines, shared between processes");
+
+/* What zcopy_ctl_reason() answers when a peer's reason was overwritten. */
+#define ZCOPY_CTL_REASON_UNKNOWN 0xffu
 
 #define ZCOPY_CTL_IN_PLACE 0x1u
 
@@ -72,7 +101,8 @@ typedef struct zcopy_ctl {
     size_t segment_size;
     size_t stride;                /* bytes per slot */
     uint64_t seq;                 /* collectives entered on this comm */
-    uint64_t inline_seq;          /* inline collectives entered */
+    uint64_t arrived;             /* every peer is known to have entered
+                                     this collective */
     uint64_t syncs;               /* syncs passed in the current lifetime */
     bool yield;                   /* more local ranks than cores */
     zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
@@ -112,16 +142,39 @@ static inline void zcopy_ctl_prefetch_hints(const zcopy_ctl_t *ctl)
             __builtin_prefetch(ctl->hints[r], 0, 3);
 }
 
-/* Enters the next collective with this rank's arguments; returns its
- * number. Peers may read the arguments from then on. */
-uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
-/* Waits until every peer has entered collective @seq. */
-void zcopy_ctl_wait_arrivals(const zcopy_ctl_t *ctl, uint64_t seq);
+/* The number the next collective will have. */
+static inline uint64_t zcopy_ctl_next(const zcopy_ctl_t *ctl)
+{
+    return ctl->seq + 1;
+}
 
-/* The inline variant: publishes @len bytes of payload with the arrival and
- * waits for every peer's; returns the inline collective's number. */
-uint64_t zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, uint32_t reason,
-                                   const void *data, size_t len);
+/* Before an eligible rank writes records or vectors of collective @seq:
+ * waits until every peer has entered @seq - 1 (at once, unless this rank
+ * declined a collective since it last saw them all). */
+void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq);
+
+/* Enters the next collective without being eligible: records @reason and
+ * the arrival, and returns at once. */
+void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason);
+
+/* Enters the next collective as eligible, with this rank's arguments;
+ * returns its number. Claims it first. Peers may read the arguments from
+ * then on. */
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
+
+/* Waits until every peer has entered collective @seq; returns the first
+ * rank that was not eligible for it, or -1 when all were. */
+int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what);
+
+/* The inline variant: as eligible, publishes @len bytes of payload and
+ * waits for every peer; returns the first rank that was not eligible, or
+ * -1 (then zcopy_ctl_inline holds every rank's payload). */
+int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
+                              const char *what);
+
+/* Why @rank declined collective @seq: its reason, or
+ * ZCOPY_CTL_REASON_UNKNOWN when it has since declined too many others. */
+uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq);
 
 static inline const zcopy_ctl_inline_t *
 zcopy_ctl_inline(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
@@ -132,7 +185,7 @@ zcopy_ctl_inline(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
 static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
                                                      int rank, uint64_t seq)
 {
-    return &zcopy_ctl_slot(ctl, rank)->args[seq & 1];
+    return &zcopy_ctl_slot(ctl, rank)->rec[seq & 1].args;
 }
 
 /* A full synchronisation of the comm. Every rank passes the same syncs in

@@ -8,19 +8,16 @@
  */
 #include "path.h"
 
+#include "host/host.h"
+
 #include <stdio.h>
 
 /* Bytes of payload in @type, contiguous or not: the part of a collective's
  * size every rank agrees on, since MPI requires matching type signatures. */
 static size_t signature_size(zcopy_comm_t *zc, MPI_Datatype type)
 {
-    size_t size = zcopy_coll_type_size(zc, type);
-    int bytes;
-
-    if (size == 0 && type != MPI_DATATYPE_NULL &&
-        MPI_Type_size(type, &bytes) == MPI_SUCCESS)
-        size = (size_t)bytes;
-    return size;
+    (void)zc;
+    return zcopy_host.type_size(type);
 }
 
 /* The payload of a collective whose every rank's data fits a control line
@@ -145,24 +142,19 @@ zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
                                      const coll_plan_t *plan, size_t total)
 {
     const uint8_t *lines[ZCOPY_CTL_MAX_RANKS];
-    const bool eligible = plan->args.reason == REASON_NONE;
     const void *src;
-    char why[64];
     uint64_t seq;
     size_t len;
+    int bad;
 
     src = zcopy_coll_inline_source(zc, a, plan, total, &len);
-    seq = zcopy_ctl_inline_exchange(zc->ctl, plan->args.reason,
-                                    eligible ? src : NULL, eligible ? len : 0);
-    for (int r = 0; r < zc->size; r++) {
-        const zcopy_ctl_inline_t *line = zcopy_ctl_inline(zc->ctl, r, seq);
-        if (line->reason != REASON_NONE) {
-            snprintf(why, sizeof(why), "rank %d %s", r,
-                     zcopy_coll_reason_text[line->reason]);
-            return zcopy_coll_fallback(zc, a->type, why);
-        }
-        lines[r] = line->data;
-    }
+    bad = zcopy_ctl_inline_exchange(zc->ctl, src, len,
+                                    zcopy_coll_names[a->type]);
+    seq = zc->ctl->seq;
+    if (bad >= 0)
+        return zcopy_coll_fallback_peer(zc, a->type, bad, seq);
+    for (int r = 0; r < zc->size; r++)
+        lines[r] = zcopy_ctl_inline(zc->ctl, r, seq)->data;
     ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, total));
     zc->stats.zcopy_calls++;
     zc->stats.inline_calls++;

@@ -19,6 +19,7 @@ typedef enum {
     REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers */
     REASON_UCX_BLOCK,             /* no UCX-registered block under a buffer */
     REASON_SCRATCH,               /* no landing area or registered scratch */
+    REASON_SETTINGS,              /* a path-changing setting differs */
     REASON_COUNT
 } coll_reason_t;
 
@@ -43,6 +44,11 @@ size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type);
 /* Counts a fallback with "<collective>: <why>" (coll.c). */
 zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
                                    const char *why);
+/* The same for a fallback because @rank declined collective @seq, with its
+ * reason when the control plane still holds it. */
+zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
+                                        zcopy_coll_type_t type, int rank,
+                                        uint64_t seq);
 
 /* The tiny-collective path (inline.c): the per-rank payload when the call
  * takes it, else 0; then the call itself. */

@@ -27,8 +27,6 @@ typedef struct {
 struct zcopy_ctl;
 struct zcopy_span;
 
-#define ZCOPY_TYPE_CACHE 8
-
 typedef enum {
     ZCOPY_COMM_NEW,               /* set up at its first collective */
     ZCOPY_COMM_READY,             /* zero-copy possible */
@@ -43,11 +41,8 @@ typedef struct zcopy_comm {
     zcopy_comm_state_t state;
     struct zcopy_ctl *ctl;        /* control plane, once READY in a server */
     struct zcopy_span *span;      /* or this, once READY across servers */
+    const char *name;             /* for logs; set by the component */
     char disabled_reason[48];
-    struct {
-        MPI_Datatype type;
-        size_t size;
-    } type_cache[ZCOPY_TYPE_CACHE]; /* predefined types seen (coll.c) */
     zcopy_covers_cache_t covers_cache; /* buffers found activated */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */

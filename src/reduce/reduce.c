@@ -1,8 +1,10 @@
 /*
- * From MPI handles to a reduction kernel, and the MPI_Reduce_local path for
- * everything without one (user ops, Fortran types, derived types).
+ * From MPI handles to a reduction kernel, and the MPI library's own
+ * reduction for everything without one (user ops, Fortran types).
  */
 #include "reduce/reduce_kernels.h"
+
+#include "host/host.h"
 
 #include <limits.h>
 #include <string.h>
@@ -69,7 +71,9 @@ static const reduce_type_entry_t reduce_types[] = {
     { MPI_INT64_T, ZCOPY_REDUCE_KIND_INT64 },
     { MPI_UINT32_T, ZCOPY_REDUCE_KIND_UINT32 },
     { MPI_UINT64_T, ZCOPY_REDUCE_KIND_UINT64 },
-    { MPI_BYTE, ZCOPY_REDUCE_KIND_BYTE },
+    { MPI_BYTE, ZCOPY_REDUCE_KIND_UINT8 },
+    { MPI_CHAR, CHAR_MIN < 0 ? ZCOPY_REDUCE_KIND_INT8 : ZCOPY_REDUCE_KIND_UINT8 },
+    { MPI_CXX_BOOL, ZCOPY_REDUCE_KIND_BOOL },
     { MPI_C_BOOL, ZCOPY_REDUCE_KIND_BOOL },
     { MPI_2INT, ZCOPY_REDUCE_KIND_2INT },
     { MPI_DOUBLE_INT, ZCOPY_REDUCE_KIND_DOUBLE_INT },
@@ -93,6 +97,10 @@ static const reduce_type_entry_t reduce_types[] = {
     { MPI_C_COMPLEX, ZCOPY_REDUCE_KIND_FLOAT_COMPLEX },
     { MPI_C_DOUBLE_COMPLEX, ZCOPY_REDUCE_KIND_DOUBLE_COMPLEX },
     { MPI_C_LONG_DOUBLE_COMPLEX, ZCOPY_REDUCE_KIND_LONG_DOUBLE_COMPLEX },
+    /* std::complex<T> is laid out as T[2], as T _Complex is. */
+    { MPI_CXX_FLOAT_COMPLEX, ZCOPY_REDUCE_KIND_FLOAT_COMPLEX },
+    { MPI_CXX_DOUBLE_COMPLEX, ZCOPY_REDUCE_KIND_DOUBLE_COMPLEX },
+    { MPI_CXX_LONG_DOUBLE_COMPLEX, ZCOPY_REDUCE_KIND_LONG_DOUBLE_COMPLEX },
 };
 
 #define ARRAY_LENGTH(_a) (sizeof(_a) / sizeof((_a)[0]))
@@ -127,64 +135,39 @@ zcopy_reduce_fn_t zcopy_reduce_kernel(MPI_Op op, MPI_Datatype type)
 
 bool zcopy_reduce_supported(MPI_Op op, MPI_Datatype type)
 {
-    int commutative = 0;
+    const int op_id = op == MPI_OP_NULL ? -2 : reduce_op_id(op);
 
-    if (op == MPI_OP_NULL || type == MPI_DATATYPE_NULL)
+    if (op_id == -2 || type == MPI_DATATYPE_NULL)
         return false;
-    /* A predefined op is usable exactly where it has a kernel: the table
-     * encodes which types MPI defines it on. Fortran types and derived
-     * types with a predefined op stay with the fallback component. */
-    if (reduce_op_id(op) >= 0)
+    if (op_id == ZCOPY_REDUCE_OP_REPLACE || op_id == ZCOPY_REDUCE_OP_NO_OP)
+        return false;
+    /* A type of the table takes a predefined op exactly where it has a
+     * kernel: the table encodes which ops apply to it. */
+    if (op_id >= 0 && reduce_type_kind(type) >= 0)
         return zcopy_reduce_kernel(op, type) != NULL;
-    return MPI_Op_commutative(op, &commutative) == MPI_SUCCESS && commutative;
+    /* Anything else the library reduces itself (a Fortran type, a user
+     * op), on a contiguous type. */
+    return zcopy_host.type_elem_bytes(type) != 0 &&
+           zcopy_host.op_reduces(op, type);
 }
 
-/* For count > 0. MPI_Reduce_local(in, inout) computes inout = in op inout,
- * so folding the sources into dst gives srcs[n-1] op (... op srcs[0]): the
- * promised order only when op is commutative, hence the check. */
-static zcopy_status_t reduce_with_mpi(MPI_Op op, MPI_Datatype type, void *dst,
-                                      const void *const *srcs, int nsrcs, size_t count)
+/* For count > 0. The library's reduction computes inout = in op inout, so
+ * folding the sources into dst gives srcs[n-1] op (... op srcs[0]): the
+ * same order on every rank, and the promised result only when op is
+ * commutative, which zcopy_reduce_supported() requires of a user op. */
+static zcopy_status_t reduce_with_host(MPI_Op op, MPI_Datatype type, void *dst,
+                                       const void *const *srcs, int nsrcs,
+                                       size_t count)
 {
-    MPI_Aint lb, extent, true_lb, true_extent;
-    int commutative = 0;
-    int rc;
+    const size_t elem = zcopy_host.type_elem_bytes(type);
 
-    if (MPI_Op_commutative(op, &commutative) != MPI_SUCCESS || !commutative)
-        return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "reduce: op is not commutative");
-    if (MPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS ||
-        MPI_Type_get_true_extent(type, &true_lb, &true_extent) != MPI_SUCCESS)
-        return zcopy_error(ZCOPY_ERR_ARG, "reduce: cannot query the datatype extent");
-    if (extent <= 0 || true_extent < 0)
+    if (elem == 0)
         return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
-                           "reduce: datatype extent %ld is not positive", (long)extent);
-
-    /* The bytes the elements occupy, from the first element's true lower
-     * bound to the end of the last one: all of it for a contiguous type. */
+                           "reduce: the datatype is not contiguous");
     if (dst != srcs[0])
-        memcpy((char *)dst + true_lb, (const char *)srcs[0] + true_lb,
-               (count - 1) * (size_t)extent + (size_t)true_extent);
-
-    for (int k = 1; k < nsrcs; k++) {
-        /* MPI counts are int: larger buffers go in INT_MAX-element pieces. */
-        for (size_t done = 0; done < count;) {
-            const size_t piece = count - done < INT_MAX ? count - done : INT_MAX;
-            const size_t offset = done * (size_t)extent;
-
-            rc = MPI_Reduce_local((const char *)srcs[k] + offset, (char *)dst + offset,
-                                  (int)piece, type, op);
-            if (rc != MPI_SUCCESS) {
-                char reason[MPI_MAX_ERROR_STRING + 1];
-                int length = 0;
-
-                if (MPI_Error_string(rc, reason, &length) != MPI_SUCCESS)
-                    length = 0;
-                reason[length] = '\0';
-                return zcopy_error(ZCOPY_ERR_ARG, "reduce: MPI_Reduce_local failed: %s",
-                                   reason);
-            }
-            done += piece;
-        }
-    }
+        memcpy(dst, srcs[0], count * elem);
+    for (int k = 1; k < nsrcs; k++)
+        zcopy_host.reduce_local(op, type, srcs[k], dst, count);
     return ZCOPY_SUCCESS;
 }
 
@@ -217,5 +200,8 @@ zcopy_status_t zcopy_reduce(MPI_Op op, MPI_Datatype type, void *dst,
     if (op_id == ZCOPY_REDUCE_OP_REPLACE || op_id == ZCOPY_REDUCE_OP_NO_OP)
         return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
                            "reduce: MPI_REPLACE and MPI_NO_OP are not reductions");
-    return reduce_with_mpi(op, type, dst, srcs, nsrcs, count);
+    if (!zcopy_reduce_supported(op, type))
+        return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                           "reduce: the op is not commutative");
+    return reduce_with_host(op, type, dst, srcs, nsrcs, count);
 }

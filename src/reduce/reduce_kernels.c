@@ -197,10 +197,10 @@ ZCOPY_DEFINE_PAIR_KERNELS(long_double_int)
     [ZCOPY_REDUCE_KIND_SHORT_INT] = _op##_short_int,                             \
     [ZCOPY_REDUCE_KIND_LONG_DOUBLE_INT] = _op##_long_double_int
 
-/* Which ops apply to which types follows MPI-4.0 section 6.9.2: integers
- * take every op but the pair ones, floating point only arithmetic and
- * MAX/MIN, complex only arithmetic, C_BOOL only logical, BYTE only bitwise
- * (Open MPI accepts more, e.g. MPI_SUM on MPI_BYTE; those stay with it). */
+/* Which ops apply to which types follows MPI-4.0 section 6.9.2 as Open MPI
+ * 4.1 extends it: integers (MPI_CHAR and MPI_BYTE among them) take every op
+ * but the pair ones, floating point only arithmetic and MAX/MIN, complex
+ * only arithmetic, the booleans only logical ops. */
 const zcopy_reduce_fn_t
     zcopy_reduce_kernel_table[ZCOPY_REDUCE_OP_COUNT][ZCOPY_REDUCE_KIND_COUNT] = {
     [ZCOPY_REDUCE_OP_SUM] = { INTEGER_KINDS_AS_UNSIGNED(reduce_sum),
@@ -215,12 +215,9 @@ const zcopy_reduce_fn_t
                               [ZCOPY_REDUCE_KIND_BOOL] = reduce_lor_bool },
     [ZCOPY_REDUCE_OP_LXOR] = { INTEGER_KINDS_AS_UNSIGNED(reduce_lxor),
                                [ZCOPY_REDUCE_KIND_BOOL] = reduce_lxor_bool },
-    [ZCOPY_REDUCE_OP_BAND] = { INTEGER_KINDS_AS_UNSIGNED(reduce_band),
-                               [ZCOPY_REDUCE_KIND_BYTE] = reduce_band_u8 },
-    [ZCOPY_REDUCE_OP_BOR] = { INTEGER_KINDS_AS_UNSIGNED(reduce_bor),
-                              [ZCOPY_REDUCE_KIND_BYTE] = reduce_bor_u8 },
-    [ZCOPY_REDUCE_OP_BXOR] = { INTEGER_KINDS_AS_UNSIGNED(reduce_bxor),
-                               [ZCOPY_REDUCE_KIND_BYTE] = reduce_bxor_u8 },
+    [ZCOPY_REDUCE_OP_BAND] = { INTEGER_KINDS_AS_UNSIGNED(reduce_band) },
+    [ZCOPY_REDUCE_OP_BOR] = { INTEGER_KINDS_AS_UNSIGNED(reduce_bor) },
+    [ZCOPY_REDUCE_OP_BXOR] = { INTEGER_KINDS_AS_UNSIGNED(reduce_bxor) },
     [ZCOPY_REDUCE_OP_MAXLOC] = { PAIR_KINDS(reduce_maxloc) },
     [ZCOPY_REDUCE_OP_MINLOC] = { PAIR_KINDS(reduce_minloc) },
 };

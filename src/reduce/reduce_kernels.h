@@ -31,8 +31,8 @@ typedef enum {
 } zcopy_reduce_op_id_t;
 
 /* How an element is stored, not what MPI calls it: MPI_INT and MPI_INT32_T
- * share ZCOPY_REDUCE_KIND_INT32. MPI_BYTE has its own kind because the ops
- * that apply to it differ from those of MPI_UINT8_T. */
+ * share ZCOPY_REDUCE_KIND_INT32; MPI_BYTE and MPI_CHAR reduce as the 8-bit
+ * integers Open MPI 4.1 takes them for. */
 typedef enum {
     ZCOPY_REDUCE_KIND_INT8,
     ZCOPY_REDUCE_KIND_UINT8,
@@ -42,7 +42,6 @@ typedef enum {
     ZCOPY_REDUCE_KIND_UINT32,
     ZCOPY_REDUCE_KIND_INT64,
     ZCOPY_REDUCE_KIND_UINT64,
-    ZCOPY_REDUCE_KIND_BYTE,
     ZCOPY_REDUCE_KIND_BOOL,
     ZCOPY_REDUCE_KIND_FLOAT,
     ZCOPY_REDUCE_KIND_DOUBLE,
@@ -59,7 +58,8 @@ typedef enum {
     ZCOPY_REDUCE_KIND_COUNT
 } zcopy_reduce_kind_t;
 
-/* NULL where the op does not apply to the kind (MPI-4.0 section 6.9.2). */
+/* NULL where the op does not apply to the kind (MPI-4.0 section 6.9.2,
+ * with Open MPI 4.1's extensions). */
 extern const zcopy_reduce_fn_t
     zcopy_reduce_kernel_table[ZCOPY_REDUCE_OP_COUNT][ZCOPY_REDUCE_KIND_COUNT];
 

@@ -2,6 +2,7 @@
  * The process's UCX context and worker: created on first use, progressed by
  * every wait, destroyed by zcopy_ucx_cleanup() or at exit.
  */
+#include "host/host.h"
 #include "ucx_int.h"
 
 #include <sched.h>
@@ -219,11 +220,18 @@ unsigned zcopy_ucx_progress_worker(void)
     return events;
 }
 
+/* MPI's progress rule holds in UCX waits too: the MPI library's progress
+ * engine runs every few idle spins (its own call back into this worker only
+ * try-locks, so it is harmless while the caller holds the layer). */
 void zcopy_ucx_backoff(unsigned events, unsigned *idle)
 {
-    if (events > 0)
+    if (events > 0) {
         *idle = 0;
-    else if (++*idle < UCX_SPINS_BEFORE_YIELD)
+        return;
+    }
+    if (++*idle % 16 == 0)
+        zcopy_host.progress();
+    if (*idle < UCX_SPINS_BEFORE_YIELD)
         cpu_relax();
     else
         sched_yield();

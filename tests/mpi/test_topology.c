@@ -15,7 +15,7 @@
  *   2. Memory activated by ranks 0 and 1 only, with the range set on their
  *      own split. Collectives there run zero-copy; on a split of ranks 0
  *      and 2, where rank 2's buffers are plain memory, they fall back, on
- *      both ranks with the same reason, "rank 1 send buffer not activated",
+ *      both ranks with the same reason, "send buffer not activated",
  *      whether 0 and 2 share a server or not (under --transport-ipc,
  *      "spans servers" when they do not).
  *   3. With --expect-map (run under coll_zcopy_verbose 10): stderr is
@@ -285,7 +285,7 @@ static void test_partial_activation(void)
     if (pair02 != MPI_COMM_NULL) {
         const char *why = transport_ipc && server_of(0) != server_of(2)
                               ? "spans servers"
-                              : "rank 1 send buffer not activated";
+                              : "send buffer not activated";
         char mine[64], theirs[2][64];
         MPIX_Zcopy_stats s;
 

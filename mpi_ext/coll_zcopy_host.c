@@ -1,0 +1,86 @@
+/*
+ * The host hooks of libzcopy (src/host/host.h), answered from Open MPI's
+ * own objects: a datatype's layout from its description, an op's
+ * properties and reduction from the op itself, progress from the progress
+ * engine. None of these goes through the public interface, so none fires an
+ * error handler or shows in a PMPI tool.
+ */
+#include "coll_zcopy.h"
+
+#include "ompi/datatype/ompi_datatype.h"
+#include "ompi/op/op.h"
+#include "opal/runtime/opal_progress.h"
+
+#include "host/host.h"
+
+#include <stdlib.h>
+
+_Static_assert(sizeof(MPI_Fint) == sizeof(int),
+               "compat/fint_2_int.h converts MPI_Fint by identity");
+
+/* One block in signature order starting at the buffer: Open MPI's
+ * contiguity for two elements (so elements also tile without gaps), and no
+ * lower bound to skip. A permuted, duplicated or holed typemap is never
+ * contiguous there, whatever its bounds. */
+static size_t host_type_elem_bytes(MPI_Datatype type)
+{
+    const opal_datatype_t *d;
+
+    if (type == MPI_DATATYPE_NULL)
+        return 0;
+    d = &((ompi_datatype_t *)type)->super;
+    if (d->size == 0 || d->lb != 0 || d->true_lb != 0 ||
+        !opal_datatype_is_contiguous_memory_layout(d, 2))
+        return 0;
+    return d->size;
+}
+
+static size_t host_type_size(MPI_Datatype type)
+{
+    if (type == MPI_DATATYPE_NULL)
+        return 0;
+    return ((ompi_datatype_t *)type)->super.size;
+}
+
+static bool host_op_reduces(MPI_Op op, MPI_Datatype type)
+{
+    ompi_op_t *o = (ompi_op_t *)op;
+    char *msg = NULL;
+    bool valid;
+
+    if (op == MPI_OP_NULL || type == MPI_DATATYPE_NULL ||
+        !ompi_op_is_commute(o))
+        return false;
+    if (!ompi_op_is_intrinsic(o))
+        return true;
+    /* The table Open MPI's own MPI_Reduce_local checks against. */
+    valid = ompi_op_is_valid(o, (ompi_datatype_t *)type, &msg, "zcopy");
+    free(msg);
+    return valid;
+}
+
+static void host_reduce_local(MPI_Op op, MPI_Datatype type, const void *in,
+                              void *inout, size_t count)
+{
+    /* The op only reads @in: its interface is older than const. */
+    ompi_op_reduce((ompi_op_t *)op, (void *)(uintptr_t)in, inout, count,
+                   (ompi_datatype_t *)type);
+}
+
+static void host_progress(void)
+{
+    (void)opal_progress();
+}
+
+void mca_coll_zcopy_install_host(void)
+{
+    static const zcopy_host_t hooks = {
+        .type_elem_bytes = host_type_elem_bytes,
+        .type_size = host_type_size,
+        .op_reduces = host_op_reduces,
+        .reduce_local = host_reduce_local,
+        .progress = host_progress,
+    };
+
+    zcopy_host_set(&hooks);
+}

@@ -1,0 +1,47 @@
+/*
+ * What libzcopy needs from the MPI library it runs inside: its progress
+ * engine, the facts of a datatype, and the reduction of pairs zcopy has no
+ * kernel for. The coll component fills this in from Open MPI's own
+ * description (mpi_ext/), so that libzcopy never calls a public, profiled
+ * MPI function on the application's objects: those fire error handlers
+ * (Open MPI raises MPI_ERR_INTERN on datatypes it built itself) and show up
+ * in PMPI tools (SPEC section 4).
+ *
+ * Without the component (libzcopy's own tests) the defaults ask the public
+ * interface instead.
+ */
+#ifndef ZCOPY_HOST_H
+#define ZCOPY_HOST_H
+
+#include "base/base.h"
+
+#include <mpi.h>
+
+typedef struct {
+    /* Bytes per element when @type is one block of memory in signature
+     * order starting at the buffer (so count elements are count * size
+     * bytes from it), else 0. */
+    size_t (*type_elem_bytes)(MPI_Datatype type);
+    /* Bytes of payload per element (the signature size), contiguous or not. */
+    size_t (*type_size)(MPI_Datatype type);
+    /* True when the library reduces @type with @op and the result does not
+     * depend on the order of the operands: a predefined op defined on the
+     * type, or a user op created commutative. */
+    bool (*op_reduces)(MPI_Op op, MPI_Datatype type);
+    /* inout[i] = in[i] op inout[i], i < count, with the library's own
+     * implementation of @op on @type. */
+    void (*reduce_local)(MPI_Op op, MPI_Datatype type, const void *in,
+                         void *inout, size_t count);
+    /* Runs the library's progress engine once; through it, every callback
+     * registered there (zcopy's UCX worker among them). */
+    void (*progress)(void);
+} zcopy_host_t;
+
+/* Set once by the component, before any communicator exists, and read by
+ * every layer: the process has one MPI library, hence one global. */
+extern zcopy_host_t zcopy_host;
+
+/* Replaces every hook @host sets (a NULL one keeps its default). */
+void zcopy_host_set(const zcopy_host_t *host);
+
+#endif

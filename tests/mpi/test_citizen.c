@@ -1,0 +1,616 @@
+/*
+ * Legal MPI programs that must behave exactly as under stock Open MPI with
+ * coll/zcopy loaded (issue 11): one case per run, named by the argument.
+ *
+ *   progress   MPI's progress rule: a rank waiting inside a zcopy
+ *              collective must still complete the point-to-point,
+ *              nonblocking and one-sided operations its peers depend on
+ *              (synchronous and rendezvous sends matched by a pre-posted
+ *              receive, the interleaved Ibarrier example of the MPI
+ *              standard, passive-target RMA), on malloc and on activated
+ *              buffers, with the zero-copy path proven on the latter
+ *   datatypes  derived types whose memory order differs from their
+ *              signature order (permuted, duplicated, holed typemaps):
+ *              never taken for contiguous, results as MPI defines them
+ *   intercomm  intercommunicators built, merged and used (Open MPI makes
+ *              datatypes of its own there; zcopy must not query them
+ *              through the public, error-raising interface)
+ *   reductions (type, op) pairs Open MPI 4.1 reduces beyond the standard's
+ *              table (MPI_CHAR, the OSU benchmarks' default, and MPI_BYTE
+ *              arithmetic), Fortran types through Open MPI's own op, and
+ *              unsigned bytes above 127: zero-copy on activated buffers,
+ *              results as MPI defines them
+ *   stats      MPIX_Zcopy_get_stats never writes past a caller's struct
+ *              that predates later fields
+ *
+ * A hang is a failure: every case arms an alarm well inside the CTest
+ * timeout and reports which step it was in.
+ */
+#include "testutil.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+#define CASE_SECONDS 60
+
+static int rank, size;
+static const char *volatile step = "start";
+
+static void on_alarm(int sig)
+{
+    char msg[160];
+    int len = snprintf(msg, sizeof(msg), "[rank %d] HANG: no progress in %d s "
+                       "during '%s'\n", rank, CASE_SECONDS, step);
+    (void)sig;
+    if (write(STDERR_FILENO, msg, (size_t)len) < 0)
+        _exit(3);
+    _exit(3);
+}
+
+static void arm(const char *what)
+{
+    step = what;
+    alarm(CASE_SECONDS);
+}
+
+/* --- buffers ------------------------------------------------------------ */
+
+typedef struct {
+    bool activated;
+    zt_arena_t arena;
+    size_t used;
+} pool_t;
+
+static void pool_init(pool_t *p, bool activated, size_t bytes)
+{
+    memset(p, 0, sizeof(*p));
+    p->activated = activated;
+    if (activated)
+        zt_arena_init(&p->arena, MPI_COMM_WORLD, bytes);
+}
+
+static void *pool_alloc(pool_t *p, size_t bytes)
+{
+    void *buf;
+
+    if (p->activated)
+        return zt_arena_alloc(&p->arena, &p->used, bytes);
+    buf = malloc(bytes);
+    zt_require(buf != NULL, "malloc");
+    return buf;
+}
+
+static void pool_free(pool_t *p, void *buf)
+{
+    if (!p->activated)
+        free(buf);
+}
+
+static void pool_fini(pool_t *p)
+{
+    if (p->activated)
+        zt_arena_fini(&p->arena);
+}
+
+/* Checks that the collectives between two stats snapshots took the path the
+ * buffers promise: zero-copy on activated memory, fallback on malloc. */
+static void check_path(const char *what, bool activated,
+                       const MPIX_Zcopy_stats *before,
+                       const MPIX_Zcopy_stats *after, uint64_t calls)
+{
+    const uint64_t zc = after->zcopy_calls - before->zcopy_calls;
+    const uint64_t fb = after->fallback_calls - before->fallback_calls;
+
+    if (activated)
+        ZT_CHECK(zc == calls && fb == 0, "%s: %llu zero-copy, %llu fallbacks "
+                 "(last: %s), expected %llu zero-copy", what,
+                 (unsigned long long)zc, (unsigned long long)fb,
+                 after->last_fallback_reason, (unsigned long long)calls);
+    else
+        ZT_CHECK(zc == 0 && fb == calls, "%s: %llu zero-copy, %llu "
+                 "fallbacks, expected %llu fallbacks", what,
+                 (unsigned long long)zc, (unsigned long long)fb,
+                 (unsigned long long)calls);
+}
+
+/* --- progress ------------------------------------------------------------ */
+
+typedef enum { COLL_BARRIER, COLL_ALLREDUCE_8B, COLL_ALLREDUCE_64K } coll_t;
+static const char *const coll_names[] = { "barrier", "allreduce 8 B",
+                                          "allreduce 64 KiB" };
+
+/* Rank 0 pre-posts a receive and enters the collective; rank 1 sends
+ * (synchronously, or a rendezvous-sized message) before entering it. Rank 1
+ * cannot leave its send until rank 0's process progresses, and rank 0 cannot
+ * leave the collective before rank 1 arrives: only MPI's progress rule
+ * inside rank 0's wait lets both finish. */
+static void progress_send_then_coll(pool_t *pool, coll_t coll, bool sync_send,
+                                    size_t msg_bytes)
+{
+    const size_t count = coll == COLL_ALLREDUCE_64K ? 64 * KIB / 8 : 1;
+    uint8_t *msg = malloc(msg_bytes);
+    double *in = pool_alloc(pool, count * sizeof(double));
+    double *out = pool_alloc(pool, count * sizeof(double));
+    MPIX_Zcopy_stats before, after;
+    MPI_Request req = MPI_REQUEST_NULL;
+    char what[96];
+
+    zt_require(msg != NULL, "malloc");
+    snprintf(what, sizeof(what), "%s %s of %zu B, then %s",
+             pool->activated ? "activated:" : "malloc:",
+             sync_send ? "MPI_Ssend" : "MPI_Send", msg_bytes, coll_names[coll]);
+    for (size_t i = 0; i < count; i++)
+        in[i] = rank + 1 + (double)i;
+    memset(msg, rank == 1 ? 0x5a : 0, msg_bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    if (rank == 0)
+        MPI_Irecv(msg, (int)msg_bytes, MPI_BYTE, 1, 7, MPI_COMM_WORLD, &req);
+    if (rank == 1) {
+        if (sync_send)
+            MPI_Ssend(msg, (int)msg_bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+        else
+            MPI_Send(msg, (int)msg_bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+    }
+    if (coll == COLL_BARRIER)
+        MPI_Barrier(MPI_COMM_WORLD);
+    else
+        MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM,
+                      MPI_COMM_WORLD);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    /* A barrier moves no data: zero-copy whatever the buffers. */
+    check_path(what, pool->activated || coll == COLL_BARRIER, &before, &after,
+               1);
+    if (rank == 0) {
+        size_t bad = 0;
+        for (size_t i = 0; i < msg_bytes; i++)
+            bad += msg[i] != 0x5a;
+        ZT_CHECK(bad == 0, "%s: %zu bytes of the message wrong", what, bad);
+    }
+    if (coll != COLL_BARRIER) {
+        const double ranks_sum = (double)size * (size + 1) / 2;
+        size_t bad = 0;
+        for (size_t i = 0; i < count; i++)
+            bad += out[i] != ranks_sum + (double)size * (double)i;
+        ZT_CHECK(bad == 0, "%s: %zu wrong sums", what, bad);
+    }
+    pool_free(pool, in);
+    pool_free(pool, out);
+    free(msg);
+}
+
+/* The MPI standard's example of collectives on two communicators: rank 0
+ * waits for an Ibarrier on A before a barrier on B, every other rank enters
+ * the barrier on B first and completes the Ibarrier afterwards. Rank 0's
+ * Ibarrier can only complete while the others sit in the barrier on B. */
+static void progress_interleaved_ibarrier(bool activated)
+{
+    MPI_Comm a, b;
+    MPI_Request req;
+    MPIX_Zcopy_stats before, after;
+
+    MPI_Comm_dup(MPI_COMM_WORLD, &a);
+    MPI_Comm_dup(MPI_COMM_WORLD, &b);
+    MPI_Barrier(b); /* sets b up before the case proper */
+    before = zt_stats(b);
+    arm("Ibarrier on A, Barrier on B (MPI standard example)");
+    MPI_Ibarrier(a, &req);
+    if (rank == 0) {
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        MPI_Barrier(b);
+    } else {
+        MPI_Barrier(b);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
+    alarm(0);
+    after = zt_stats(b);
+    /* A barrier moves no data: zero-copy on every kind of buffer. */
+    ZT_CHECK(after.zcopy_calls - before.zcopy_calls == 1,
+             "%s: the barrier on B did not run zero-copy (%s)",
+             activated ? "activated" : "malloc", after.last_fallback_reason);
+    MPI_Comm_free(&a);
+    MPI_Comm_free(&b);
+}
+
+/* Passive-target RMA: rank 1 locks rank 0's window, puts and unlocks while
+ * rank 0 is already inside a collective on another communicator. */
+static void progress_passive_rma(pool_t *pool)
+{
+    const int n = 1024;
+    int *base = NULL, *src = malloc((size_t)n * sizeof(int));
+    double *in = pool_alloc(pool, 64), *out = pool_alloc(pool, 64);
+    MPI_Comm other;
+    MPI_Win win;
+    int bad = 0;
+
+    zt_require(src != NULL, "malloc");
+    MPI_Comm_dup(MPI_COMM_WORLD, &other);
+    MPI_Win_allocate((MPI_Aint)n * (MPI_Aint)sizeof(int), sizeof(int),
+                     MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    for (int i = 0; i < n; i++) {
+        base[i] = -1;
+        src[i] = i * 3 + 1;
+    }
+    in[0] = 1.0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    arm("passive-target put while the target sits in an allreduce");
+    if (rank == 1) {
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+        MPI_Put(src, n, MPI_INT, 0, 0, n, MPI_INT, win);
+        MPI_Win_unlock(0, win);
+    }
+    MPI_Allreduce(in, out, 1, MPI_DOUBLE, MPI_SUM, other);
+    alarm(0);
+    ZT_CHECK(out[0] == (double)size, "rma: allreduce gave %g", out[0]);
+    MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win);
+    for (int i = 0; rank == 0 && i < n; i++)
+        bad += base[i] != i * 3 + 1;
+    MPI_Win_unlock(rank, win);
+    ZT_CHECK(bad == 0, "rma: %d elements of the put missing", bad);
+    MPI_Win_free(&win);
+    MPI_Comm_free(&other);
+    pool_free(pool, in);
+    pool_free(pool, out);
+    free(src);
+}
+
+static void run_progress(void)
+{
+    for (int activated = 0; activated < 2; activated++) {
+        pool_t pool;
+
+        pool_init(&pool, activated, 4 * MIB);
+        for (coll_t c = COLL_BARRIER; c <= COLL_ALLREDUCE_64K; c++) {
+            progress_send_then_coll(&pool, c, true, 8);
+            progress_send_then_coll(&pool, c, false, MIB);
+        }
+        progress_interleaved_ibarrier(activated);
+        progress_passive_rma(&pool);
+        pool_fini(&pool);
+    }
+}
+
+/* --- datatypes ----------------------------------------------------------- */
+
+/* Types whose lb is 0 and whose extent and true extent equal their size,
+ * yet are not one block in signature order. */
+static MPI_Datatype make_type(const char *which)
+{
+    static const int ones[3] = { 1, 1, 1 };
+    MPI_Datatype t;
+
+    if (strcmp(which, "permuted") == 0) { /* ints 1, 0 */
+        const int displs[2] = { 1, 0 };
+        MPI_Type_indexed(2, ones, displs, MPI_INT, &t);
+    } else if (strcmp(which, "duplicated") == 0) { /* ints 0, 0 */
+        const int displs[2] = { 0, 0 };
+        MPI_Type_indexed(2, ones, displs, MPI_INT, &t);
+        MPI_Datatype r;
+        MPI_Type_create_resized(t, 0, 2 * sizeof(int), &r);
+        MPI_Type_free(&t);
+        t = r;
+    } else { /* holed: ints 0, 2, 2 (size 12, extent 12, int 1 unused) */
+        const int displs[3] = { 0, 2, 2 };
+        MPI_Type_indexed(3, ones, displs, MPI_INT, &t);
+    }
+    MPI_Type_commit(&t);
+    return t;
+}
+
+/* The ints that one element of @which sends, in signature order. */
+static int type_ints(const char *which, int *order)
+{
+    if (strcmp(which, "permuted") == 0) {
+        order[0] = 1, order[1] = 0;
+        return 2;
+    }
+    if (strcmp(which, "duplicated") == 0) {
+        order[0] = 0, order[1] = 0;
+        return 2;
+    }
+    order[0] = 0, order[1] = 2, order[2] = 2;
+    return 3;
+}
+
+static int type_extent_ints(const char *which)
+{
+    return strcmp(which, "holed") == 0 ? 3 : 2;
+}
+
+/* bcast: the root sends @count elements of the derived type, every other
+ * rank receives the same signature as plain MPI_INT. */
+static void datatype_bcast(pool_t *pool, const char *which, int count,
+                           int root)
+{
+    MPI_Datatype t = make_type(which);
+    int order[3];
+    const int per = type_ints(which, order), ext = type_extent_ints(which);
+    const int nints = count * (rank == root ? ext : per);
+    int *buf = pool_alloc(pool, (size_t)nints * sizeof(int) + 64);
+    long bad = 0;
+    MPIX_Zcopy_stats before, after;
+    char what[80];
+
+    snprintf(what, sizeof(what), "bcast %s x%d root %d (%s)", which, count,
+             root, pool->activated ? "activated" : "malloc");
+    for (int i = 0; i < nints; i++)
+        buf[i] = rank == root ? 1000 + i : -1;
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    if (rank == root)
+        MPI_Bcast(buf, count, t, root, MPI_COMM_WORLD);
+    else
+        MPI_Bcast(buf, count * per, MPI_INT, root, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    for (int e = 0; rank != root && e < count; e++)
+        for (int k = 0; k < per; k++)
+            bad += buf[e * per + k] != 1000 + e * ext + order[k];
+    ZT_CHECK(bad == 0, "%s: %ld wrong elements", what, bad);
+    ZT_CHECK(after.zcopy_calls == before.zcopy_calls,
+             "%s: took a zero-copy path", what);
+    MPI_Type_free(&t);
+    pool_free(pool, buf);
+}
+
+/* allgather: rank 0 sends the derived type, the others MPI_INT; every rank
+ * receives MPI_INT. */
+static void datatype_allgather(pool_t *pool, const char *which, int count)
+{
+    MPI_Datatype t = make_type(which);
+    int order[3];
+    const int per = type_ints(which, order), ext = type_extent_ints(which);
+    const int sints = count * (rank == 0 ? ext : per), rints = count * per;
+    int *sbuf = pool_alloc(pool, (size_t)sints * sizeof(int) + 64);
+    int *rbuf = pool_alloc(pool, (size_t)rints * (size_t)size * sizeof(int));
+    long bad = 0;
+    char what[80];
+
+    snprintf(what, sizeof(what), "allgather %s x%d (%s)", which, count,
+             pool->activated ? "activated" : "malloc");
+    for (int i = 0; i < sints; i++)
+        sbuf[i] = rank * 100000 + i;
+    arm(what);
+    if (rank == 0)
+        MPI_Allgather(sbuf, count, t, rbuf, rints, MPI_INT, MPI_COMM_WORLD);
+    else
+        MPI_Allgather(sbuf, rints, MPI_INT, rbuf, rints, MPI_INT,
+                      MPI_COMM_WORLD);
+    alarm(0);
+    for (int r = 0; r < size; r++)
+        for (int e = 0; e < count; e++)
+            for (int k = 0; k < per; k++) {
+                const int src = r == 0 ? e * ext + order[k] : e * per + k;
+                bad += rbuf[r * rints + e * per + k] != r * 100000 + src;
+            }
+    ZT_CHECK(bad == 0, "%s: %ld wrong elements", what, bad);
+    MPI_Type_free(&t);
+    pool_free(pool, sbuf);
+    pool_free(pool, rbuf);
+}
+
+static void run_datatypes(void)
+{
+    static const char *const kinds[] = { "permuted", "duplicated", "holed" };
+    static const int counts[] = { 1, 4, 1000 };
+
+    for (int activated = 0; activated < 2; activated++) {
+        pool_t pool;
+
+        pool_init(&pool, activated, 4 * MIB);
+        for (int k = 0; k < 3; k++)
+            for (int c = 0; c < 3; c++) {
+                pool.used = 0;
+                datatype_bcast(&pool, kinds[k], counts[c], size - 1);
+                datatype_bcast(&pool, kinds[k], counts[c], 0);
+                if (strcmp(kinds[k], "permuted") == 0 ||
+                    strcmp(kinds[k], "holed") == 0)
+                    datatype_allgather(&pool, kinds[k], counts[c]);
+            }
+        pool_fini(&pool);
+    }
+}
+
+/* --- intercommunicators -------------------------------------------------- */
+
+static void run_intercomm(void)
+{
+    MPI_Comm half, inter, merged;
+    const int color = rank % 2;
+    int mrank, msize, sum = 0, value;
+    double d[4] = { 0 };
+
+    arm("intercomm create and merge");
+    MPI_Comm_split(MPI_COMM_WORLD, color, rank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, 1 - color, 42, &inter);
+    /* Collectives on the intercommunicator itself: coll/inter, which builds
+     * datatypes of its own and calls intra collectives under them. */
+    value = rank;
+    MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, inter);
+    {
+        int remote = 0, expect = 0;
+        MPI_Comm_remote_size(inter, &remote);
+        for (int r = 0; r < size; r++)
+            expect += r % 2 != color ? r : 0;
+        ZT_CHECK(sum == expect && remote > 0,
+                 "inter allreduce: %d, expected %d", sum, expect);
+    }
+    {
+        int *all = calloc((size_t)size, sizeof(int)), remote;
+        MPI_Comm_remote_size(inter, &remote);
+        MPI_Allgather(&value, 1, MPI_INT, all, 1, MPI_INT, inter);
+        for (int i = 0, r = 1 - color; i < remote; i++, r += 2)
+            ZT_CHECK(all[i] == r, "inter allgather[%d] = %d", i, all[i]);
+        free(all);
+    }
+    MPI_Intercomm_merge(inter, color, &merged);
+    MPI_Comm_rank(merged, &mrank);
+    MPI_Comm_size(merged, &msize);
+    for (int i = 0; i < 4; i++)
+        d[i] = mrank + i;
+    MPI_Allreduce(MPI_IN_PLACE, d, 4, MPI_DOUBLE, MPI_MAX, merged);
+    for (int i = 0; i < 4; i++)
+        ZT_CHECK(d[i] == msize - 1 + i, "merged allreduce[%d] = %g", i, d[i]);
+    value = mrank == 0 ? 1234 : 0;
+    MPI_Bcast(&value, 1, MPI_INT, 0, merged);
+    ZT_CHECK(value == 1234, "merged bcast gave %d", value);
+    MPI_Barrier(merged);
+    alarm(0);
+    MPI_Comm_free(&merged);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+}
+
+/* --- reductions ---------------------------------------------------------- */
+
+/* Rank r contributes value(r, i); the result must be fold(value(0..n-1, i)). */
+static int byte_value(int r, size_t i)
+{
+    return (int)((r * 37 + (int)(i % 251) * 11) % 256);
+}
+
+static void reduce_bytes(pool_t *pool, MPI_Datatype type, MPI_Op op,
+                         const char *what, size_t count)
+{
+    uint8_t *in = pool_alloc(pool, count), *out = pool_alloc(pool, count);
+    MPIX_Zcopy_stats before, after;
+    size_t bad = 0;
+
+    for (size_t i = 0; i < count; i++)
+        in[i] = (uint8_t)byte_value(rank, i);
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    MPI_Allreduce(in, out, (int)count, type, op, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    check_path(what, true, &before, &after, 1);
+    for (size_t i = 0; i < count; i++) {
+        int acc = byte_value(0, i);
+        for (int r = 1; r < size; r++) {
+            const int v = byte_value(r, i);
+            if (op == MPI_SUM)
+                acc = (acc + v) & 0xff;
+            else if (type == MPI_CHAR) /* signed max */
+                acc = (int8_t)v > (int8_t)acc ? v : acc;
+            else
+                acc = v > acc ? v : acc;
+        }
+        bad += out[i] != (uint8_t)acc;
+    }
+    ZT_CHECK(bad == 0, "%s: %zu wrong of %zu", what, bad, count);
+}
+
+static void reduce_fortran_integer(pool_t *pool, size_t count)
+{
+    int *in = pool_alloc(pool, count * sizeof(int));
+    int *out = pool_alloc(pool, count * sizeof(int));
+    MPIX_Zcopy_stats before, after;
+    size_t bad = 0;
+
+    for (size_t i = 0; i < count; i++)
+        in[i] = rank * 1000 + (int)i;
+    before = zt_stats(MPI_COMM_WORLD);
+    arm("allreduce MPI_INTEGER sum");
+    MPI_Allreduce(in, out, (int)count, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    check_path("allreduce MPI_INTEGER sum", true, &before, &after, 1);
+    for (size_t i = 0; i < count; i++)
+        bad += out[i] != 1000 * size * (size - 1) / 2 + size * (int)i;
+    ZT_CHECK(bad == 0, "MPI_INTEGER sum: %zu wrong of %zu", bad, count);
+}
+
+static void run_reductions(void)
+{
+    static const size_t counts[] = { 5, 4096, 1 << 20 };
+    pool_t pool;
+
+    pool_init(&pool, true, 16 * MIB);
+    for (int c = 0; c < 3; c++) {
+        char what[64];
+        pool.used = 0;
+        snprintf(what, sizeof(what), "allreduce MPI_CHAR sum x%zu", counts[c]);
+        reduce_bytes(&pool, MPI_CHAR, MPI_SUM, what, counts[c]);
+        snprintf(what, sizeof(what), "allreduce MPI_CHAR max x%zu", counts[c]);
+        reduce_bytes(&pool, MPI_CHAR, MPI_MAX, what, counts[c]);
+        snprintf(what, sizeof(what), "allreduce MPI_BYTE sum x%zu", counts[c]);
+        reduce_bytes(&pool, MPI_BYTE, MPI_SUM, what, counts[c]);
+        snprintf(what, sizeof(what), "allreduce MPI_UNSIGNED_CHAR max x%zu",
+                 counts[c]);
+        reduce_bytes(&pool, MPI_UNSIGNED_CHAR, MPI_MAX, what, counts[c]);
+        reduce_fortran_integer(&pool, counts[c]);
+    }
+    pool_fini(&pool);
+}
+
+/* --- stats --------------------------------------------------------------- */
+
+/* The struct of the SPEC's first version: a program built against it. */
+typedef struct {
+    uint64_t zcopy_calls, fallback_calls, ipc_bytes, ucx_bytes;
+    char last_fallback_reason[64];
+} stats_v1_t;
+
+static void run_stats(void)
+{
+    struct {
+        stats_v1_t s;
+        unsigned char canary[64];
+    } old;
+    MPIX_Zcopy_stats now;
+    int rc;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    memset(&old, 0xa5, sizeof(old));
+    /* The exported symbol, as an old binary calls it (no macro). */
+    rc = (MPIX_Zcopy_get_stats)(MPI_COMM_WORLD, (MPIX_Zcopy_stats *)&old.s);
+    ZT_CHECK(rc == MPI_SUCCESS, "get_stats: %d", rc);
+    for (size_t i = 0; i < sizeof(old.canary); i++)
+        if (!ZT_CHECK(old.canary[i] == 0xa5, "byte %zu past a v1 struct "
+                      "written", i))
+            break;
+    ZT_CHECK(old.s.zcopy_calls >= 1, "v1 struct: zcopy_calls %llu",
+             (unsigned long long)old.s.zcopy_calls);
+    now = zt_stats(MPI_COMM_WORLD);
+    ZT_CHECK(now.zcopy_calls == old.s.zcopy_calls, "sized and v1 differ");
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = argc > 1 ? argv[1] : "";
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    signal(SIGALRM, on_alarm);
+    if (size < 2) {
+        fprintf(stderr, "needs at least 2 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (strcmp(which, "progress") == 0)
+        run_progress();
+    else if (strcmp(which, "datatypes") == 0)
+        run_datatypes();
+    else if (strcmp(which, "intercomm") == 0)
+        run_intercomm();
+    else if (strcmp(which, "reductions") == 0)
+        run_reductions();
+    else if (strcmp(which, "stats") == 0)
+        run_stats();
+    else {
+        if (rank == 0)
+            fprintf(stderr, "usage: test_citizen progress|datatypes|"
+                            "intercomm|reductions|stats\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return zt_finish();
+}
