@@ -183,7 +183,7 @@ static int get_stats(MPI_Comm comm, void *stats, size_t size, const char *call)
     if (zc == NULL)
         memset(&all, 0, sizeof(all));
     else
-        all = zc->stats;
+        zcopy_comm_get_stats(zc, &all);
     memcpy(stats, &all, size < sizeof(all) ? size : sizeof(all));
     if (size > sizeof(all)) /* a newer header's fields this build lacks */
         memset((char *)stats + sizeof(all), 0, size - sizeof(all));

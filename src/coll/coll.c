@@ -64,10 +64,7 @@ static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
 zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
                                    const char *why)
 {
-    char reason[sizeof(zc->stats.last_fallback_reason) + 32];
-
-    snprintf(reason, sizeof(reason), "%s: %s", zcopy_coll_names[type], why);
-    zcopy_comm_count_fallback(zc, reason);
+    zcopy_comm_count_fallback(zc, zcopy_coll_names[type], why);
     return ZCOPY_FALLBACK;
 }
 

@@ -41,7 +41,8 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
 /* Bytes per element of a contiguous datatype, 0 if it is not (plan.c). */
 size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type);
 
-/* Counts a fallback with "<collective>: <why>" (coll.c). */
+/* Counts a fallback with "<collective>: <why>" (coll.c); @why is a
+ * constant or lives as long as @zc. */
 zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
                                    const char *why);
 /* The same for a fallback because @rank declined collective @seq, with its

@@ -520,7 +520,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_span_desc_t mine;
     size_t inline_total;
     coll_plan_t plan;
-    char why[64];
 
     zcopy_coll_plan(zc, a, &al, &plan);
     if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
@@ -542,11 +541,12 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
     for (int r = 0; r < sp->nranks; r++) {
-        if (sp->descs[r].args.reason != REASON_NONE) {
-            snprintf(why, sizeof(why), "rank %d %s", r,
-                     zcopy_coll_reason_text[sp->descs[r].args.reason]);
-            return zcopy_coll_fallback(zc, a->type, why);
-        }
+        const uint32_t reason = sp->descs[r].args.reason;
+        /* A code from another process: checked before it indexes. */
+        if (reason != REASON_NONE)
+            return zcopy_coll_fallback(zc, a->type, reason < REASON_COUNT
+                                       ? zcopy_coll_reason_text[reason]
+                                       : "a rank was not eligible");
     }
     if (inline_total > 0) {
         /* The payloads came with the arrivals: nobody reads a peer's

@@ -6,6 +6,7 @@
 #include "ipc/ipc.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,11 +92,21 @@ ZCOPY_COMPONENT_API zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle)
     return zc;
 }
 
-void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *reason)
+void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,
+                               const char *why)
 {
     zc->stats.fallback_calls++;
-    strncpy(zc->stats.last_fallback_reason, reason,
-            sizeof(zc->stats.last_fallback_reason) - 1);
-    zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: fallback: %s", zc->rank,
-              reason);
+    zc->fallback_coll = coll;
+    zc->fallback_why = why;
+    zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: fallback: %s: %s", zc->rank,
+              coll, why);
+}
+
+void zcopy_comm_get_stats(const zcopy_comm_t *zc, MPIX_Zcopy_stats *stats)
+{
+    *stats = zc->stats;
+    if (zc->fallback_coll != NULL)
+        snprintf(stats->last_fallback_reason,
+                 sizeof(stats->last_fallback_reason), "%s: %s",
+                 zc->fallback_coll, zc->fallback_why);
 }

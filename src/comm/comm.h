@@ -46,6 +46,10 @@ typedef struct zcopy_comm {
     zcopy_covers_cache_t covers_cache; /* buffers found activated */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
+    /* The last fallback's reason, put into words only when asked for:
+     * formatting it on every call would cost a job that never activates
+     * memory more than deciding to fall back. */
+    const char *fallback_coll, *fallback_why;
     struct zcopy_comm *next;      /* in the process's list, for lookup */
 } zcopy_comm_t;
 
@@ -57,7 +61,13 @@ void zcopy_comm_destroy(zcopy_comm_t *zc);
 /* The zcopy state of @handle, or NULL where the component is not enabled. */
 zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);
 
-void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *reason);
+/* Counts a fallback of collective @coll because of @why: both constants,
+ * or strings that live as long as @zc. */
+void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,
+                               const char *why);
+
+/* The counters, the last fallback's reason put into words. */
+void zcopy_comm_get_stats(const zcopy_comm_t *zc, MPIX_Zcopy_stats *stats);
 
 /* libzcopy's own MPI calls (e.g. the agreement inside
  * MPIX_Comm_set_memory_range) run inside enter/leave: the component passes

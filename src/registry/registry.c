@@ -27,7 +27,24 @@ static struct {
     size_t nblocks, cap_blocks;
     uint64_t next_generation;
     _Atomic uint64_t epoch;       /* bumped by every change, under lock */
+    /* [lo, hi) bounds every activated block (empty when none): a buffer
+     * outside it is answered without the lock, so that collectives on
+     * ordinary memory cost a job nothing measurable (SPEC section 4). */
+    _Atomic uintptr_t lo, hi;
 } reg = { .lock = PTHREAD_MUTEX_INITIALIZER, .next_generation = 1 };
+
+/* Under the lock, after every change to the blocks. */
+static void blocks_changed(void)
+{
+    const zcopy_block_t *last = reg.nblocks ? &reg.blocks[reg.nblocks - 1]
+                                            : NULL;
+
+    atomic_store_explicit(&reg.lo, last ? reg.blocks[0].va : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&reg.hi, last ? last->va + last->size : 0,
+                          memory_order_relaxed);
+    atomic_fetch_add_explicit(&reg.epoch, 1, memory_order_release);
+}
 
 /* First range that ends after @va. */
 static size_t range_lower_bound(uintptr_t va)
@@ -227,7 +244,7 @@ zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
                                      .range_size = r->size, .map = info };
     reg.nblocks++;
     r->nblocks++;
-    reg.epoch++;
+    blocks_changed();
 out:
     pthread_mutex_unlock(&reg.lock);
     return st;
@@ -257,7 +274,7 @@ zcopy_status_t zcopy_registry_deactivate(uintptr_t va)
     zcopy_mem_mapping_unpin(va);
     memmove(b, b + 1, (reg.nblocks - i - 1) * sizeof(*b));
     reg.nblocks--;
-    reg.epoch++;
+    blocks_changed();
 out:
     pthread_mutex_unlock(&reg.lock);
     return st;
@@ -274,6 +291,12 @@ bool zcopy_registry_covers_cached(const void *buf, size_t len,
     if (len == 0)
         return true;
     if (end < at)
+        return false;
+    /* Relaxed is enough: a buffer a racing activation is just covering
+     * may be answered either way (the caller's own activation, done
+     * before the call, is ordered by program order). */
+    if (at < atomic_load_explicit(&reg.lo, memory_order_relaxed) ||
+        end > atomic_load_explicit(&reg.hi, memory_order_relaxed))
         return false;
     for (int k = 0; k < 2; k++)
         if (cache->entry[k].epoch == epoch && epoch != 0 &&
