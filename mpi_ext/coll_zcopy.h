@@ -51,7 +51,7 @@ typedef struct {
     mca_coll_base_module_t super;
     ompi_communicator_t *comm;
     mca_coll_zcopy_prev_t prev;
-    zcopy_comm_t *zcomm;          /* libzcopy's state; NULL when opted out */
+    zcopy_comm_t *zcomm;          /* libzcopy's state */
     bool opted_out;               /* info key mpix_zcopy=false */
 } mca_coll_zcopy_module_t;
 

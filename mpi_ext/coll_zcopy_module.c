@@ -68,10 +68,6 @@ static int zcopy_route(mca_coll_zcopy_module_t *m, const zcopy_coll_args_t *a)
 
     if (zcopy_internal_active())
         return ZCOPY_FALLBACK;
-    if (m->zcomm == NULL) { /* opted out: forward, uncounted */
-        zcopy_coll_passthrough();
-        return ZCOPY_FALLBACK;
-    }
     st = zcopy_coll_run(m->zcomm, a);
     if (st == ZCOPY_SUCCESS || st == ZCOPY_FALLBACK)
         return st;
@@ -308,12 +304,14 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
 #undef ZCOPY_SAVE
 
     m->comm = comm;
-    if (m->opted_out)
-        return OMPI_SUCCESS;
     if (zcopy_comm_create(comm, ompi_comm_rank(comm), ompi_comm_size(comm),
                           &ops, &m->zcomm) != ZCOPY_SUCCESS)
         return OMPI_ERR_OUT_OF_RESOURCE;
     m->zcomm->name = comm->c_name;
+    /* Opting out is agreed at the first collective like every setting
+     * that changes the path: a rank that alone opted out would otherwise
+     * skip the set-up its peers wait in. */
+    m->zcomm->opted_out = m->opted_out;
     zcopy_log(ZCOPY_LOG_DEBUG, "component", "enabled on %s (%d ranks)",
               comm->c_name, ompi_comm_size(comm));
     return OMPI_SUCCESS;

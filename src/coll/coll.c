@@ -9,6 +9,7 @@
 #include "ucx/ucx.h"
 
 #include <stdio.h>
+#include <string.h>
 
 ZCOPY_COMPONENT_API const char *const zcopy_coll_names[ZCOPY_COLL_COUNT] = {
     [ZCOPY_COLL_ALLREDUCE] = "allreduce",
@@ -94,6 +95,82 @@ static bool coll_writes_vectors(zcopy_coll_type_t type)
            type == ZCOPY_COLL_ALLTOALLV;
 }
 
+/* What changes the path or the number of steps of a collective: if ranks
+ * disagreed on any of it, they would wait for each other in different
+ * steps. Agreed once, at set-up, never trusted. */
+typedef struct {
+    uint32_t opted_out;           /* info key mpix_zcopy */
+    uint32_t transport;           /* coll_zcopy_transport */
+    uint32_t virtual_servers;     /* coll_zcopy_virtual_servers */
+    uint32_t pad;
+    uint64_t small_msg;           /* coll_zcopy_small_msg */
+} coll_settings_t;
+
+static const char *const setting_names[] = {
+    NULL, "info key mpix_zcopy", "coll_zcopy_transport",
+    "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
+};
+
+/* 0 when @mine matches rank 0's settings, else which one differs first. */
+static int32_t settings_differ(const coll_settings_t *mine,
+                               const coll_settings_t *root)
+{
+    if (mine->opted_out != root->opted_out)
+        return 1;
+    if (mine->transport != root->transport)
+        return 2;
+    if (mine->virtual_servers != root->virtual_servers)
+        return 3;
+    return mine->small_msg != root->small_msg ? 4 : 0;
+}
+
+/* True when every rank has the same settings (and then zc->state says
+ * whether the comm opted out); false, with the comm disabled on every rank
+ * for the same reason, when not. Allocates nothing, so that no rank can
+ * drop out of the exchange. */
+static bool coll_agree_settings(zcopy_comm_t *zc)
+{
+    const coll_settings_t mine = {
+        .opted_out = zc->opted_out,
+        .transport = (uint32_t)zcopy_config.transport,
+        .virtual_servers = (uint32_t)zcopy_config.virtual_servers,
+        .small_msg = zcopy_config.small_msg,
+    };
+    coll_settings_t root = mine;
+    int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;
+
+    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
+        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
+                 "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
+        zc->state = ZCOPY_COMM_DISABLED;
+        return false;
+    }
+    if (zc->ops.bcast(&root, sizeof(root), 0, zc->ops.ctx) != MPI_SUCCESS)
+        worst = -1;
+    differ = settings_differ(&mine, &root);
+    if (zc->ops.allgather(&differ, all, sizeof(differ), zc->ops.ctx) !=
+        MPI_SUCCESS)
+        worst = -1;
+    for (int r = 0; r < zc->size && worst == 0; r++)
+        worst = all[r];
+    if (worst != 0) {
+        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason), "%s",
+                 worst < 0 ? "settings exchange failed"
+                           : setting_names[worst]);
+        if (worst > 0)
+            strncat(zc->disabled_reason, " differs between ranks",
+                    sizeof(zc->disabled_reason) -
+                        strlen(zc->disabled_reason) - 1);
+        zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s: zero-copy stays off "
+                  "on this communicator", zc->rank, zc->disabled_reason);
+        zc->state = ZCOPY_COMM_DISABLED;
+        return false;
+    }
+    if (mine.opted_out)
+        zc->state = ZCOPY_COMM_OPTED_OUT;
+    return true;
+}
+
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
  * component's collectives. Never retried after a failure. */
@@ -102,6 +179,8 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
     bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX;
     zcopy_status_t st = ZCOPY_ERR_UNSUPPORTED;
 
+    if (!coll_agree_settings(zc) || zc->state == ZCOPY_COMM_OPTED_OUT)
+        return ZCOPY_ERR_UNSUPPORTED;
     if (!spans)
         st = zcopy_ctl_create(zc, &zc->ctl, &spans, zc->disabled_reason,
                               sizeof(zc->disabled_reason));
@@ -143,6 +222,8 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     zcopy_ipc_sweep();
     if (zc->state == ZCOPY_COMM_NEW)
         coll_setup(zc);
+    if (zc->state == ZCOPY_COMM_OPTED_OUT)
+        return ZCOPY_FALLBACK; /* forwarded, uncounted */
     if (zc->state != ZCOPY_COMM_READY)
         return zcopy_coll_fallback(zc, a->type, zc->disabled_reason);
     if (zc->span != NULL)

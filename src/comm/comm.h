@@ -30,7 +30,9 @@ struct zcopy_span;
 typedef enum {
     ZCOPY_COMM_NEW,               /* set up at its first collective */
     ZCOPY_COMM_READY,             /* zero-copy possible */
-    ZCOPY_COMM_DISABLED           /* always falls back, see disabled_reason */
+    ZCOPY_COMM_DISABLED,          /* always falls back, see disabled_reason */
+    ZCOPY_COMM_OPTED_OUT          /* info key mpix_zcopy=false on every rank:
+                                     forwards, counts nothing */
 } zcopy_comm_state_t;
 
 typedef struct zcopy_comm {
@@ -42,6 +44,7 @@ typedef struct zcopy_comm {
     struct zcopy_ctl *ctl;        /* control plane, once READY in a server */
     struct zcopy_span *span;      /* or this, once READY across servers */
     const char *name;             /* for logs; set by the component */
+    bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[48];
     zcopy_covers_cache_t covers_cache; /* buffers found activated */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per

@@ -13,11 +13,24 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define IPC_MIRROR_MAX_HOLES 8
+
+/* Parts of a mirror that are no longer ours: where a dropped import could
+ * not be turned back into reservation (the kernel's mapping limit), it was
+ * unmapped, and the process may have mapped something else there since.
+ * Releasing the mirror must leave those alone. */
+typedef struct {
+    uint64_t offset, size;
+} ipc_hole_t;
+
 typedef struct {
     uint64_t base;                /* the owner's range */
     uint64_t size;
     uint8_t *local;               /* our reservation mirroring it */
     unsigned nimports;
+    unsigned nholes;              /* > IPC_MIRROR_MAX_HOLES: too many to
+                                     track; the reservation is kept */
+    ipc_hole_t holes[IPC_MIRROR_MAX_HOLES];
 } ipc_mirror_t;
 
 typedef struct {
@@ -148,11 +161,36 @@ static const zcopy_ipc_entry_t *peer_entry(const zcopy_ipc_peer_t *peer,
 
 /* --- mirrors and imports ------------------------------------------------- */
 
+static int hole_compare(const void *a, const void *b)
+{
+    const ipc_hole_t *x = a, *y = b;
+
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Unmaps the reservation around its holes. With more holes than tracked,
+ * keeps it: address space lost is better than another mapping torn out. */
+static void mirror_unmap(ipc_mirror_t *m)
+{
+    uint64_t at = 0;
+
+    if (m->nholes > IPC_MIRROR_MAX_HOLES)
+        return;
+    qsort(m->holes, m->nholes, sizeof(m->holes[0]), hole_compare);
+    for (unsigned i = 0; i <= m->nholes; i++) {
+        const uint64_t end = i < m->nholes ? m->holes[i].offset : m->size;
+        if (end > at)
+            munmap(m->local + at, end - at);
+        if (i < m->nholes)
+            at = m->holes[i].offset + m->holes[i].size;
+    }
+}
+
 static void mirror_release(zcopy_ipc_peer_t *peer, size_t index)
 {
     ipc_mirror_t *m = peer->mirrors[index];
 
-    munmap(m->local, m->size);
+    mirror_unmap(m);
     free(m);
     peer->mirrors[index] = peer->mirrors[--peer->nmirrors];
 }
@@ -201,8 +239,13 @@ static void import_drop(zcopy_ipc_peer_t *peer, size_t index)
      * Should the kernel refuse the new mapping (mapping-count limit), the
      * pages must go anyway: unmap, leaving a gap in the reservation. */
     if (mmap(m->local + (imp->va - m->base), imp->size, PROT_NONE, flags, -1,
-             0) == MAP_FAILED)
+             0) == MAP_FAILED) {
         munmap(m->local + (imp->va - m->base), imp->size);
+        if (m->nholes < IPC_MIRROR_MAX_HOLES)
+            m->holes[m->nholes] = (ipc_hole_t){ .offset = imp->va - m->base,
+                                                .size = imp->size };
+        m->nholes++;
+    }
     m->nimports--;
     memmove(imp, imp + 1, (peer->nimports - index - 1) * sizeof(*imp));
     peer->nimports--;
@@ -236,6 +279,16 @@ static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
 
     zcopy_status_t st;
 
+    /* The entry comes from another process: it must lie inside its range
+     * before anything is mapped over our mirror of that range. */
+    if (e->size == 0 || !zcopy_range_inside(e->va, e->size, e->range_base,
+                                            e->range_size))
+        return zcopy_error(ZCOPY_ERR_ARG, "process %d published a block "
+                           "[%#llx, +%llu) outside its range [%#llx, +%llu)",
+                           (int)peer->pid, (unsigned long long)e->va,
+                           (unsigned long long)e->size,
+                           (unsigned long long)e->range_base,
+                           (unsigned long long)e->range_size);
     ZCOPY_CHECK(mirror_get(peer, e->range_base, e->range_size, &m));
     grown = realloc(peer->imports, (peer->nimports + 1) * sizeof(*grown));
     if (grown == NULL) {

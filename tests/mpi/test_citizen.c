@@ -20,6 +20,9 @@
  *              arithmetic), Fortran types through Open MPI's own op, and
  *              unsigned bytes above 127: zero-copy on activated buffers,
  *              results as MPI defines them
+ *   settings   the info key mpix_zcopy on one rank only, and (run as
+ *              settings-mca under two MCA values of coll_zcopy_small_msg):
+ *              no hang, correct results, a fallback naming the setting
  *   stats      MPIX_Zcopy_get_stats never writes past a caller's struct
  *              that predates later fields
  *
@@ -552,6 +555,58 @@ static void run_reductions(void)
     pool_fini(&pool);
 }
 
+/* --- settings that differ between ranks ---------------------------------- */
+
+static void allreduce_expect_fallback(MPI_Comm comm, pool_t *pool,
+                                      const char *key)
+{
+    double *in = pool_alloc(pool, 64 * sizeof(double));
+    double *out = pool_alloc(pool, 64 * sizeof(double));
+    MPIX_Zcopy_stats s;
+    int n;
+
+    MPI_Comm_size(comm, &n);
+    for (int i = 0; i < 64; i++)
+        in[i] = i;
+    arm(key);
+    for (int k = 0; k < 3; k++)
+        MPI_Allreduce(in, out, 64, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Barrier(comm);
+    alarm(0);
+    for (int i = 0; i < 64; i++)
+        if (!ZT_CHECK(out[i] == (double)n * i, "%s: out[%d] = %g", key, i,
+                      out[i]))
+            break;
+    s = zt_stats(comm);
+    ZT_CHECK(s.zcopy_calls == 0 && s.fallback_calls == 4 &&
+             strstr(s.last_fallback_reason, key) != NULL,
+             "%s: %llu zero-copy, %llu fallbacks, reason \"%s\"", key,
+             (unsigned long long)s.zcopy_calls,
+             (unsigned long long)s.fallback_calls, s.last_fallback_reason);
+}
+
+static void run_settings(bool mca)
+{
+    pool_t pool;
+    MPI_Comm comm;
+    MPI_Info info;
+
+    pool_init(&pool, true, MIB);
+    if (mca) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+        allreduce_expect_fallback(comm, &pool, "coll_zcopy_small_msg");
+    } else {
+        MPI_Info_create(&info);
+        if (rank == 0)
+            MPI_Info_set(info, "mpix_zcopy", "false");
+        MPI_Comm_dup_with_info(MPI_COMM_WORLD, info, &comm);
+        MPI_Info_free(&info);
+        allreduce_expect_fallback(comm, &pool, "mpix_zcopy");
+    }
+    MPI_Comm_free(&comm);
+    pool_fini(&pool);
+}
+
 /* --- stats --------------------------------------------------------------- */
 
 /* The struct of the SPEC's first version: a program built against it. */
@@ -604,12 +659,16 @@ int main(int argc, char **argv)
         run_intercomm();
     else if (strcmp(which, "reductions") == 0)
         run_reductions();
+    else if (strcmp(which, "settings") == 0)
+        run_settings(false);
+    else if (strcmp(which, "settings-mca") == 0)
+        run_settings(true);
     else if (strcmp(which, "stats") == 0)
         run_stats();
     else {
         if (rank == 0)
             fprintf(stderr, "usage: test_citizen progress|datatypes|"
-                            "intercomm|reductions|stats\n");
+                            "intercomm|reductions|settings|settings-mca|stats\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     return zt_finish();
