@@ -62,6 +62,8 @@ mca_coll_base_module_t *mca_coll_zcopy_comm_query(ompi_communicator_t *comm,
 
 /* Hands libzcopy the hooks it needs from Open MPI (coll_zcopy_host.c). */
 void mca_coll_zcopy_install_host(void);
+/* Puts zcopy's progress callback into Open MPI's loop, once. */
+void mca_coll_zcopy_want_progress(void);
 
 /* MPI_T performance variables (coll_zcopy_component.c). */
 int mca_coll_zcopy_register_pvars(void);

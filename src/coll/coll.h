@@ -52,9 +52,11 @@ zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
  * peers' deactivated blocks (SPEC section 3). */
 void zcopy_coll_passthrough(void);
 
-/* One poll of the UCX worker, for Open MPI's progress loop: a rank blocked
- * in any MPI call must still serve its peers' emulated gets and puts
- * (SPEC section 6). One load and a branch until UCX has started. */
+/* For Open MPI's progress loop, hooked in once libzcopy wants it (host
+ * want_progress): one poll of the UCX worker, since a rank blocked in any
+ * MPI call must still serve its peers' emulated gets and puts (SPEC section
+ * 6), and the release of peers' deactivated blocks, which a program using
+ * only nonblocking collectives would otherwise keep (SPEC section 3). */
 int zcopy_coll_progress(void);
 
 #endif

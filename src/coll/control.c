@@ -4,7 +4,7 @@
  */
 #include "control.h"
 
-#include "host/host.h"
+#include "host/progress.h"
 #include "topo/topo.h"
 
 #include <errno.h>
@@ -95,7 +95,7 @@ static inline void ctl_relax(ctl_wait_t *w, int peer)
     const bool yielding = w->ctl->yield && n > 8;
 
     if (yielding || n % CTL_SPINS_PER_PROGRESS == 0)
-        zcopy_host.progress();
+        zcopy_host_progress();
     if (n % CTL_SPINS_PER_CLOCK == 0 || (yielding && n % 64 == 0))
         ctl_wait_check_clock(w, peer);
     if (yielding || n % 4096 == 0)

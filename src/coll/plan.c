@@ -19,6 +19,23 @@ size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type)
     return zcopy_host.type_elem_bytes(type);
 }
 
+/* Programs reduce with one (op, type) call after call: the answer for a
+ * pair with a kernel (predefined op and type: handles that never change)
+ * is remembered, anything else asked anew. */
+static bool reduce_supported_cached(zcopy_comm_t *zc, MPI_Op op,
+                                    MPI_Datatype type)
+{
+    if (zc->reduce_cache.op == op && zc->reduce_cache.type == type &&
+        op != MPI_OP_NULL)
+        return true;
+    if (zcopy_reduce_kernel(op, type) != NULL) {
+        zc->reduce_cache.op = op;
+        zc->reduce_cache.type = type;
+        return true;
+    }
+    return zcopy_reduce_supported(op, type);
+}
+
 /* Byte extent [lo, hi) covered by a v-layout; false on a negative
  * displacement. Also fills @bytes_out (displacements in bytes) if given. */
 static bool vector_extent(const int *counts, const int *displs, int n,
@@ -60,14 +77,14 @@ static void plan_recv(coll_plan_t *p, const void *buf, size_t len)
     p->args.rbuf = (uintptr_t)buf;
 }
 
-static void plan_reduction(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+static void plan_reduction(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                            zcopy_algo_t *al, coll_plan_t *p)
 {
     const bool in_place = a->sbuf == MPI_IN_PLACE;
     const bool root = a->type != ZCOPY_COLL_REDUCE || a->root == zc->rank;
     size_t e = al->ssize, total = a->scount, own = a->rcount;
 
-    if (!zcopy_reduce_supported(a->op, a->stype)) {
+    if (!reduce_supported_cached(zc, a->op, a->stype)) {
         p->args.reason = REASON_OP;
         return;
     }

@@ -18,28 +18,25 @@ static struct {
     zcopy_comm_t *head;
 } comms = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* Per thread because an internal MPI call belongs to the thread making it;
- * the process-wide count of threads inside one lets the common case (none)
- * answer without a thread-local lookup on every collective. */
-static _Thread_local int internal_depth;
-static _Atomic int internal_threads;
+/* Per thread because an internal MPI call belongs to the thread making it.
+ * Initial-exec: one load from the thread pointer, where the default model
+ * calls __tls_get_addr on every collective (libzcopy is loaded with the
+ * program or with the MPI component, early enough for static TLS). */
+static _Thread_local int internal_depth __attribute__((tls_model("initial-exec")));
 
 ZCOPY_COMPONENT_API void zcopy_internal_enter(void)
 {
-    if (internal_depth++ == 0)
-        atomic_fetch_add_explicit(&internal_threads, 1, memory_order_relaxed);
+    internal_depth++;
 }
 
 ZCOPY_COMPONENT_API void zcopy_internal_leave(void)
 {
-    if (--internal_depth == 0)
-        atomic_fetch_sub_explicit(&internal_threads, 1, memory_order_relaxed);
+    internal_depth--;
 }
 
 ZCOPY_COMPONENT_API bool zcopy_internal_active(void)
 {
-    return atomic_load_explicit(&internal_threads, memory_order_relaxed) > 0 &&
-           internal_depth > 0;
+    return internal_depth > 0;
 }
 
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,

@@ -47,6 +47,10 @@ typedef struct zcopy_comm {
     bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[48];
     zcopy_covers_cache_t covers_cache; /* buffers found activated */
+    struct {
+        MPI_Op op;
+        MPI_Datatype type;
+    } reduce_cache;               /* a pair with a kernel (plan.c) */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     /* The last fallback's reason, put into words only when asked for:

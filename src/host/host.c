@@ -65,17 +65,12 @@ static void default_reduce_local(MPI_Op op, MPI_Datatype type, const void *in,
     }
 }
 
-/* Without a component there are no collectives, hence no waits. */
-static void default_progress(void)
-{
-}
 
 zcopy_host_t zcopy_host = {
     .type_elem_bytes = default_type_elem_bytes,
     .type_size = default_type_size,
     .op_reduces = default_op_reduces,
     .reduce_local = default_reduce_local,
-    .progress = default_progress,
 };
 
 ZCOPY_COMPONENT_API void zcopy_host_set(const zcopy_host_t *host)
@@ -87,6 +82,9 @@ ZCOPY_COMPONENT_API void zcopy_host_set(const zcopy_host_t *host)
     HOST_TAKE(type_size)
     HOST_TAKE(op_reduces)
     HOST_TAKE(reduce_local)
-    HOST_TAKE(progress)
 #undef HOST_TAKE
+    if (host->loop.progress != NULL)
+        zcopy_progress_hooks.progress = host->loop.progress;
+    if (host->loop.want_progress != NULL)
+        zcopy_progress_hooks.want_progress = host->loop.want_progress;
 }

@@ -13,7 +13,7 @@
 #ifndef ZCOPY_HOST_H
 #define ZCOPY_HOST_H
 
-#include "base/base.h"
+#include "host/progress.h"
 
 #include <mpi.h>
 
@@ -32,9 +32,7 @@ typedef struct {
      * implementation of @op on @type. */
     void (*reduce_local)(MPI_Op op, MPI_Datatype type, const void *in,
                          void *inout, size_t count);
-    /* Runs the library's progress engine once; through it, every callback
-     * registered there (zcopy's UCX worker among them). */
-    void (*progress)(void);
+    zcopy_progress_hooks_t loop;  /* progress.h */
 } zcopy_host_t;
 
 /* Set once by the component, before any communicator exists, and read by

@@ -66,6 +66,9 @@ uint64_t zcopy_ipc_peer_version(const zcopy_ipc_peer_t *peer);
 /* Unmaps every import whose block its owner has deactivated. Cheap when
  * nothing changed: one load per known peer. */
 void zcopy_ipc_sweep(void);
+/* The same from a progress callback: skips (false) when another caller
+ * holds the peers, so it never waits and never re-enters. */
+bool zcopy_ipc_sweep_try(void);
 
 /* Fetches fd @remote_fd of process @pid and checks it is inode @ino. */
 zcopy_status_t zcopy_ipc_fetch_fd(pid_t pid, int remote_fd, uint64_t ino,

@@ -4,6 +4,8 @@
  */
 #include "table.h"
 
+#include "host/progress.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -532,6 +534,9 @@ zcopy_status_t zcopy_ipc_peer_map(zcopy_ipc_peer_t *peer, uintptr_t addr,
             st = import_block(peer, e);
             if (st != ZCOPY_SUCCESS)
                 goto out;
+            /* Imports must be let go of from any MPI call, a program
+             * that only uses nonblocking collectives included (SPEC 3). */
+            zcopy_host_want_progress();
             i = import_lower_bound(peer, at);
         }
         if (mirror != NULL && peer->imports[i].mirror != mirror) {
@@ -578,6 +583,19 @@ void zcopy_ipc_sweep(void)
     for (zcopy_ipc_peer_t *peer = peers.head; peer; peer = peer->next)
         peer_resync(peer);
     pthread_mutex_unlock(&peers.lock);
+}
+
+bool zcopy_ipc_sweep_try(void)
+{
+    if (!watches_changed())
+        return true;
+    /* Busy: its holder is importing or sweeping; the next call will do. */
+    if (pthread_mutex_trylock(&peers.lock) != 0)
+        return false;
+    for (zcopy_ipc_peer_t *peer = peers.head; peer; peer = peer->next)
+        peer_resync(peer);
+    pthread_mutex_unlock(&peers.lock);
+    return true;
 }
 
 void zcopy_ipc_counts(size_t *npeers, size_t *nimports)

@@ -2,7 +2,7 @@
  * The process's UCX context and worker: created on first use, progressed by
  * every wait, destroyed by zcopy_ucx_cleanup() or at exit.
  */
-#include "host/host.h"
+#include "host/progress.h"
 #include "ucx_int.h"
 
 #include <sched.h>
@@ -108,6 +108,9 @@ zcopy_status_t zcopy_ucx_init_locked(void)
     zcopy_ucx.memory_types = attr.memory_types;
     zcopy_ucx.state = UCX_STATE_LIVE;
     atomic_store_explicit(&zcopy_ucx_live, true, memory_order_relaxed);
+    /* Peers' emulated gets and puts need this worker even while the rank
+     * sits in another MPI call. */
+    zcopy_host_want_progress();
     zcopy_log(ZCOPY_LOG_INFO, "ucx",
               "UCX %s: context and worker ready (address of %zu bytes)",
               ucp_get_version_string(), zcopy_ucx.address_len);
@@ -230,7 +233,7 @@ void zcopy_ucx_backoff(unsigned events, unsigned *idle)
         return;
     }
     if (++*idle % 16 == 0)
-        zcopy_host.progress();
+        zcopy_host_progress();
     if (*idle < UCX_SPINS_BEFORE_YIELD)
         cpu_relax();
     else

@@ -13,6 +13,7 @@ foreach(np 3 4)
                      TARGET test_citizen NP ${np} ARGS intercomm)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.stats.np2 TARGET test_citizen NP 2 ARGS stats)
+zcopy_add_mpi_test(NAME mpi.citizen.release.np2 TARGET test_citizen NP 2 ARGS release)
 zcopy_add_mpi_test(NAME mpi.citizen.settings.np3 TARGET test_citizen NP 3 ARGS settings)
 # Two application contexts: rank 0 with another small_msg than the others.
 add_test(NAME mpi.citizen.settings_mca.np3
@@ -24,6 +25,6 @@ set_tests_properties(mpi.citizen.settings_mca.np3 PROPERTIES
   ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
-          settings.np3 settings_mca.np3)
+          settings.np3 settings_mca.np3 release.np2)
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)
 endforeach()

@@ -5,7 +5,8 @@
 set(ZCOPY_REDUCE_TEST_SOURCES
   ${PROJECT_SOURCE_DIR}/src/reduce/reduce.c
   ${PROJECT_SOURCE_DIR}/src/reduce/reduce_kernels.c
-  ${PROJECT_SOURCE_DIR}/src/host/host.c)
+  ${PROJECT_SOURCE_DIR}/src/host/host.c
+  ${PROJECT_SOURCE_DIR}/src/host/progress.c)
 add_executable(test_reduce_kernels test_reduce_kernels.c ${ZCOPY_REDUCE_TEST_SOURCES})
 target_include_directories(test_reduce_kernels PRIVATE
   ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)

@@ -23,6 +23,9 @@
  *   settings   the info key mpix_zcopy on one rank only, and (run as
  *              settings-mca under two MCA values of coll_zcopy_small_msg):
  *              no hang, correct results, a fallback naming the setting
+ *   release    a peer's freed block is let go of by a process that, after
+ *              its last blocking collective, only makes point-to-point and
+ *              nonblocking calls (Open MPI's progress loop sweeps too)
  *   stats      MPIX_Zcopy_get_stats never writes past a caller's struct
  *              that predates later fields
  *
@@ -30,6 +33,8 @@
  * timeout and reports which step it was in.
  */
 #include "testutil.h"
+
+#include "../common/proc.h"
 
 #include <signal.h>
 #include <stddef.h>
@@ -607,6 +612,54 @@ static void run_settings(bool mca)
     pool_fini(&pool);
 }
 
+/* --- release without blocking collectives -------------------------------- */
+
+#define DEVICE_MEMORY "/memfd:zcopy (deleted)"
+
+static void run_release(void)
+{
+    zt_arena_t arena;
+    size_t used = 0;
+    double *in, *out;
+    int before, after = -1, token = 0;
+    MPI_Request req;
+    double start;
+
+    zt_arena_init(&arena, MPI_COMM_WORLD, MIB);
+    in = zt_arena_alloc(&arena, &used, 4096 * sizeof(double));
+    out = zt_arena_alloc(&arena, &used, 4096 * sizeof(double));
+    for (int i = 0; i < 4096; i++)
+        in[i] = i;
+    /* Zero-copy: every rank maps every peer's block. */
+    MPI_Allreduce(in, out, 4096, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    ZT_CHECK(zt_stats(MPI_COMM_WORLD).zcopy_calls >= 1, "allreduce not "
+             "zero-copy: %s", zt_stats(MPI_COMM_WORLD).last_fallback_reason);
+    before = proc_count_maps(DEVICE_MEMORY);
+    MPI_Barrier(MPI_COMM_WORLD); /* the last blocking collective */
+    arm("release of a freed peer block from the progress loop");
+    if (rank == 1) {
+        zt_arena_fini(&arena);
+        MPI_Send(&token, 1, MPI_INT, 0, 11, MPI_COMM_WORLD);
+    } else if (rank == 0) {
+        MPI_Recv(&token, 1, MPI_INT, 1, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        /* Only nonblocking collectives from here on, for up to 10 s. */
+        start = MPI_Wtime();
+        do {
+            int done = 0;
+            MPI_Ibarrier(MPI_COMM_SELF, &req);
+            while (!done)
+                MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            after = proc_count_maps(DEVICE_MEMORY);
+        } while (after >= before && MPI_Wtime() - start < 10);
+        ZT_CHECK(after == before - 1, "rank 1's freed block still mapped "
+                 "here: %d device-memory mappings, %d before", after, before);
+    }
+    alarm(0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank != 1)
+        zt_arena_fini(&arena);
+}
+
 /* --- stats --------------------------------------------------------------- */
 
 /* The struct of the SPEC's first version: a program built against it. */
@@ -663,12 +716,14 @@ int main(int argc, char **argv)
         run_settings(false);
     else if (strcmp(which, "settings-mca") == 0)
         run_settings(true);
+    else if (strcmp(which, "release") == 0)
+        run_release();
     else if (strcmp(which, "stats") == 0)
         run_stats();
     else {
         if (rank == 0)
             fprintf(stderr, "usage: test_citizen progress|datatypes|"
-                            "intercomm|reductions|settings|settings-mca|stats\n");
+                            "intercomm|reductions|settings|settings-mca|release|stats\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     return zt_finish();

@@ -1,0 +1,35 @@
+/*
+ * The MPI library's progress loop, as seen from the layers below MPI
+ * (ipc/, ucx/): run it, or ask to be part of it. Filled in with the other
+ * host hooks (host.h) by the coll component; no-ops without one.
+ */
+#ifndef ZCOPY_HOST_PROGRESS_H
+#define ZCOPY_HOST_PROGRESS_H
+
+#include "base/base.h"
+
+typedef struct {
+    /* Runs the library's progress engine once; through it, every callback
+     * registered there (zcopy's own, once wanted). */
+    void (*progress)(void);
+    /* libzcopy has work for the library's progress loop from now on (UCX
+     * started, or a peer's memory imported): the component hooks zcopy's
+     * own progress in. Until then a job pays nothing per progress call. */
+    void (*want_progress)(void);
+} zcopy_progress_hooks_t;
+
+/* Set once by the component before any communicator exists; the process
+ * has one progress loop, hence one global. */
+extern zcopy_progress_hooks_t zcopy_progress_hooks;
+
+static inline void zcopy_host_progress(void)
+{
+    zcopy_progress_hooks.progress();
+}
+
+static inline void zcopy_host_want_progress(void)
+{
+    zcopy_progress_hooks.want_progress();
+}
+
+#endif
