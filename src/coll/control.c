@@ -52,6 +52,8 @@ typedef struct {
  * hundred nanoseconds, longer than a tiny collective's arrival takes, so
  * the latency of a call whose peers are already there pays nothing. */
 #define CTL_SPINS_PER_PROGRESS 16
+/* Spins between two looks at a peer's arrival while waiting for its record. */
+#define CTL_SPINS_PER_ARRIVAL 8
 /* Spins between two looks at the clock for the stuck-peer report. */
 #define CTL_SPINS_PER_CLOCK 4096
 
@@ -366,7 +368,12 @@ static bool ctl_wait_record(ctl_wait_t *w, int rank, _Atomic uint64_t *tag,
         /* Acquire: pairs with the peer's release of the tag. */
         if (atomic_load_explicit(tag, memory_order_acquire) == seq)
             return true;
-        if (atomic_load_explicit(&slot->arrive, memory_order_acquire) >= seq)
+        /* The arrival line only every few spins: polling it with the tag
+         * would share it with the peer, whose next store to it would then
+         * cost a transfer on the critical path of every tiny collective.
+         * A peer that declined is seen a few spins later instead. */
+        if (w->spins % CTL_SPINS_PER_ARRIVAL == CTL_SPINS_PER_ARRIVAL - 1 &&
+            atomic_load_explicit(&slot->arrive, memory_order_acquire) >= seq)
             /* The tag is stored before the arrival: look once more. */
             return atomic_load_explicit(tag, memory_order_acquire) == seq;
         ctl_relax(w, rank);
