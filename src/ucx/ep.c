@@ -161,6 +161,13 @@ void zcopy_ucx_ep_put(zcopy_ucx_ep_t *ep)
 
 /* --- remote keys ---------------------------------------------------------- */
 
+/* Keys cached per endpoint. Every arrival carries the packed key of each
+ * buffer, so the cache only saves unpacking: a bound keeps the blocks a peer
+ * activated at ever new addresses (whose keys no new generation overlaps)
+ * from piling up, and keeps each lookup short. A collective uses a few keys
+ * per peer, so evicting the least recently used never takes one in use. */
+#define ZCOPY_UCX_RKEYS_PER_EP 64
+
 static void rkeys_drop_locked(zcopy_ucx_ep_t *ep, const uint64_t *live,
                               size_t nlive, const uint64_t *only);
 
@@ -187,6 +194,21 @@ static void retire_overlaps_locked(zcopy_ucx_ep_t *ep,
     }
 }
 
+static void evict_oldest_locked(zcopy_ucx_ep_t *ep)
+{
+    size_t oldest = 0;
+    uint64_t gen;
+
+    for (size_t i = 1; i < ep->nrkeys; i++)
+        if (ep->rkeys[i]->used < ep->rkeys[oldest]->used)
+            oldest = i;
+    gen = ep->rkeys[oldest]->generation;
+    zcopy_log(ZCOPY_LOG_TRACE, "ucx", "pid %llu: key of generation %llu "
+              "evicted (%d keys cached)", (unsigned long long)ep->key.pid,
+              (unsigned long long)gen, ZCOPY_UCX_RKEYS_PER_EP);
+    rkeys_drop_locked(ep, NULL, 0, &gen);
+}
+
 zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
                                   const zcopy_ucx_remote_t *remote,
                                   zcopy_ucx_rkey_t **rkey_p)
@@ -205,6 +227,7 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
         rkey = ep->rkeys[i];
         if (rkey->generation != remote->generation)
             continue;
+        rkey->used = ++ep->rkey_clock;
         if (rkey->va != remote->va || rkey->size != remote->size)
             st = zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: generation "
                              "%llu of pid %llu was [%#llx, +%llu), now "
@@ -221,6 +244,8 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
     }
 
     retire_overlaps_locked(ep, remote);
+    if (ep->nrkeys >= ZCOPY_UCX_RKEYS_PER_EP)
+        evict_oldest_locked(ep);
     if (!grow((void **)&ep->rkeys, &ep->cap_rkeys, ep->nrkeys,
               sizeof(*ep->rkeys))) {
         st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
@@ -246,6 +271,7 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
     rkey->generation = remote->generation;
     rkey->va = remote->va;
     rkey->size = remote->size;
+    rkey->used = ++ep->rkey_clock;
     ep->rkeys[ep->nrkeys++] = rkey;
     *rkey_p = rkey;
 out:

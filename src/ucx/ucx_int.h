@@ -15,6 +15,7 @@ struct zcopy_ucx_rkey {
     uint64_t generation;
     uint64_t va;                  /* the peer's block, for range checks */
     uint64_t size;
+    uint64_t used;                /* the endpoint's clock at its last use */
     ucp_rkey_h handle;
 };
 
@@ -25,7 +26,8 @@ struct zcopy_ucx_ep {
     unsigned refs;
     ucp_ep_h handle;
     zcopy_ucx_rkey_t **rkeys;     /* pointers, so handles survive growth */
-    size_t nrkeys, cap_rkeys;
+    size_t nrkeys, cap_rkeys;     /* at most ZCOPY_UCX_RKEYS_PER_EP */
+    uint64_t rkey_clock;          /* counts key lookups, for eviction */
     /* Transfers issued on the endpoint, and how many of them a completed
      * flush covers: equal means no request can still use a remote key. */
     uint64_t issued;

@@ -22,6 +22,8 @@
  *  5. generations: each rank unregisters, unmaps, maps other memory at the
  *     same address and registers it again; peers take the new generation's
  *     key, prune the old one, and read and write the new memory.
+ *     Then 500 blocks per peer at ever new addresses: the keys cached per
+ *     endpoint stay bounded, and the current one still works.
  *  6. teardown: keys forgotten or dropped with their endpoint, endpoints
  *     closed, registrations gone, cleanup leaves nothing live.
  */
@@ -241,6 +243,34 @@ static void take_keys(void)
                  (unsigned long long)remote.generation, r);
         zcopy_ucx_rkey_prune(peer->ep, &remote.generation, 1);
     }
+}
+
+/* Blocks a peer activated at ever new addresses: no new generation overlaps
+ * their keys, yet the keys cached per endpoint stay bounded (the least
+ * recently used go; every arrival brings its packed key again). The packed
+ * bytes are the peer's real key; only the claimed blocks are new. */
+static void keys_bounded(void)
+{
+    zcopy_ucx_counts_t c;
+
+    for (int r = 0; r < nranks; r++) {
+        zcopy_ucx_remote_t remote = remote_of(&peers[r]);
+        zcopy_ucx_rkey_t *rk;
+
+        if (r == rank)
+            continue;
+        for (uint64_t i = 0; i < 500; i++) {
+            remote.generation = 1000 + i;
+            remote.va = (UINT64_C(1) << 45) + i * 4096;
+            remote.size = 4096;
+            ZT_CHECK(zcopy_ucx_rkey_get(peers[r].ep, &remote, &rk) ==
+                     ZCOPY_SUCCESS, "key of generation %llu",
+                     (unsigned long long)remote.generation);
+        }
+    }
+    zcopy_ucx_counts(&c);
+    ZT_CHECK(c.nrkeys <= 64 * (size_t)(nranks - 1), "%zu keys cached after "
+             "500 blocks at new addresses per peer", c.nrkeys);
 }
 
 /* --- endpoints ------------------------------------------------------------ */
@@ -531,6 +561,9 @@ int main(int argc, char **argv)
              "one key per peer after pruning: %zu", c.nrkeys);
     for (int r = 0; r < nranks; r++)
         ZT_CHECK(peers[r].desc.generation == 2, "rank %d at generation 2", r);
+    transfer_small();
+    keys_bounded();
+    take_keys();
     transfer_small();
 
     teardown();
