@@ -48,7 +48,7 @@ static inline uint8_t *zcopy_algo_at(zcopy_algo_t *al, int rank, uint64_t base,
     if (al->failed)
         return NULL;
     if (zcopy_ctl_map(al->ctl, rank, base + offset, len, &p) != ZCOPY_SUCCESS) {
-        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: %s", al->rank,
+        zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s", al->rank,
                   zcopy_error_detail());
         al->failed = true;
         return NULL;

@@ -171,6 +171,15 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
     return true;
 }
 
+/* Whether any rank's arguments of this collective were MPI_IN_PLACE. */
+static bool coll_any_in_place(const zcopy_algo_t *al)
+{
+    for (int r = 0; r < al->nranks; r++)
+        if (zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE)
+            return true;
+    return false;
+}
+
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
  * component's collectives. Never retried after a failure. */
@@ -249,13 +258,23 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     bad = zcopy_ctl_wait_arrivals(zc->ctl, al.seq, zcopy_coll_names[a->type]);
     if (bad >= 0)
         return zcopy_coll_fallback_peer(zc, a->type, bad, al.seq);
-    zc->stats.zcopy_calls++;
-    if (a->type == ZCOPY_COLL_BARRIER)
+    if (a->type == ZCOPY_COLL_BARRIER) {
+        zc->stats.zcopy_calls++;
         return ZCOPY_SUCCESS; /* arrival was the barrier */
-    if (algorithms[a->type](&al) != ZCOPY_SUCCESS)
-        return zcopy_error(ZCOPY_ERR_INTERNAL,
-                           "%s: a rank could not reach a peer's memory; the "
-                           "results are undefined", zcopy_coll_names[a->type]);
-    zc->stats.ipc_bytes += al.ipc_bytes;
-    return ZCOPY_SUCCESS;
+    }
+    if (algorithms[a->type](&al) == ZCOPY_SUCCESS) {
+        zc->stats.zcopy_calls++;
+        zc->stats.ipc_bytes += al.ipc_bytes;
+        return ZCOPY_SUCCESS;
+    }
+    /* Every rank learnt of the failure at the same sync. Out of place, the
+     * inputs are untouched and the fallback rewrites every output, so the
+     * call can still be run by the previous component; in place, a peer
+     * may already have overwritten an input that others had yet to read. */
+    if (!coll_any_in_place(&al))
+        return zcopy_coll_fallback(zc, a->type,
+                                   "a peer's memory could not be mapped");
+    return zcopy_error(ZCOPY_ERR_INTERNAL,
+                       "%s in place: a rank could not reach a peer's memory; "
+                       "the results are undefined", zcopy_coll_names[a->type]);
 }

@@ -26,6 +26,10 @@
  *   release    a peer's freed block is let go of by a process that, after
  *              its last blocking collective, only makes point-to-point and
  *              nonblocking calls (Open MPI's progress loop sweeps too)
+ *   mapfail    a rank that cannot map a peer's memory (address space
+ *              limit): the out-of-place call agreed zero-copy is still
+ *              right, run by the fallback on every rank, and zero-copy
+ *              resumes once the limit is lifted
  *   stats      MPIX_Zcopy_get_stats never writes past a caller's struct
  *              that predates later fields
  *
@@ -41,6 +45,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define KIB 1024u
@@ -660,6 +665,80 @@ static void run_release(void)
         zt_arena_fini(&arena);
 }
 
+/* --- a peer's memory that cannot be mapped ------------------------------- */
+
+static unsigned long vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long kb = 0;
+
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %lu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+static void mapfail_allreduce(double *in, double *out, size_t count,
+                              bool expect_zcopy, const char *what)
+{
+    MPIX_Zcopy_stats before, after;
+    size_t bad = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        in[i] = rank + (double)i;
+        out[i] = -1;
+    }
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    for (size_t i = 0; i < count; i++)
+        bad += out[i] != (double)size * (size - 1) / 2 + (double)size * i;
+    ZT_CHECK(bad == 0, "%s: %zu wrong sums", what, bad);
+    if (expect_zcopy)
+        ZT_CHECK(after.zcopy_calls == before.zcopy_calls + 1, "%s: not "
+                 "zero-copy (%s)", what, after.last_fallback_reason);
+    else
+        ZT_CHECK(after.fallback_calls == before.fallback_calls + 1 &&
+                 strstr(after.last_fallback_reason, "could not be mapped"),
+                 "%s: %llu fallbacks, reason \"%s\"", what,
+                 (unsigned long long)(after.fallback_calls -
+                                      before.fallback_calls),
+                 after.last_fallback_reason);
+}
+
+static void run_mapfail(void)
+{
+    const size_t count = 512; /* 4 KiB: mapped, not inline */
+    struct rlimit old, tight;
+    zt_arena_t arena;
+    size_t used = 0;
+    double *in, *out;
+
+    zt_arena_init(&arena, MPI_COMM_WORLD, 64 * MIB);
+    in = zt_arena_alloc(&arena, &used, count * sizeof(double));
+    out = zt_arena_alloc(&arena, &used, count * sizeof(double));
+    /* Rank 0 has mapped no peer yet: its first import needs a mirror of
+     * each peer's 64 MiB range, which the limit leaves no room for. */
+    getrlimit(RLIMIT_AS, &old);
+    tight = old;
+    if (rank == 0) {
+        tight.rlim_cur = vm_size_bytes() + 16 * MIB;
+        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+    }
+    mapfail_allreduce(in, out, count, false, "allreduce, rank 0 out of "
+                      "address space");
+    if (rank == 0)
+        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    mapfail_allreduce(in, out, count, true, "allreduce, limit lifted");
+    MPI_Barrier(MPI_COMM_WORLD);
+    zt_arena_fini(&arena);
+}
+
 /* --- stats --------------------------------------------------------------- */
 
 /* The struct of the SPEC's first version: a program built against it. */
@@ -718,12 +797,14 @@ int main(int argc, char **argv)
         run_settings(true);
     else if (strcmp(which, "release") == 0)
         run_release();
+    else if (strcmp(which, "mapfail") == 0)
+        run_mapfail();
     else if (strcmp(which, "stats") == 0)
         run_stats();
     else {
         if (rank == 0)
             fprintf(stderr, "usage: test_citizen progress|datatypes|"
-                            "intercomm|reductions|settings|settings-mca|release|stats\n");
+                            "intercomm|reductions|settings|settings-mca|release|mapfail|stats\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     return zt_finish();
