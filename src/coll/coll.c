@@ -200,6 +200,15 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
     zc->state = st == ZCOPY_SUCCESS ? ZCOPY_COMM_READY : ZCOPY_COMM_DISABLED;
     if (st == ZCOPY_SUCCESS)
         zc->disabled_reason[0] = '\0';
+    /* Out of memory passes: every rank of a server saw the same status,
+     * agreed in zcopy_ctl_create, and counts collectives alike, so all
+     * try again together, after twice as many collectives each time. */
+    if (st == ZCOPY_ERR_NOMEM && zc->span == NULL && !spans) {
+        zc->state = ZCOPY_COMM_RETRY;
+        zc->retry_at = zc->calls + (UINT64_C(1) << (zc->setups < 20
+                                                        ? zc->setups : 20));
+    }
+    zc->setups++;
     zcopy_log(ZCOPY_LOG_INFO, "coll", "rank %d of %d: zero-copy %s%s%s",
               zc->rank, zc->size, st == ZCOPY_SUCCESS ? "on" : "off",
               st != ZCOPY_SUCCESS ? ": " : zc->span ? " (across servers)" : "",
@@ -230,6 +239,9 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     /* Peers' deactivated blocks are unmapped at every collective, on any
      * communicator (SPEC section 3), and before any peer memory is touched. */
     zcopy_ipc_sweep();
+    zc->calls++;
+    if (zc->state == ZCOPY_COMM_RETRY && zc->calls >= zc->retry_at)
+        zc->state = ZCOPY_COMM_NEW;
     if (zc->state == ZCOPY_COMM_NEW)
         coll_setup(zc);
     if (zc->state == ZCOPY_COMM_OPTED_OUT)

@@ -201,8 +201,8 @@ static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
     if (ctl->rank != 0)
         close(fd);
     if (p == MAP_FAILED)
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "mapping the control segment: %s",
-                           strerror(errno));
+        return zcopy_error(errno == ENOMEM ? ZCOPY_ERR_NOMEM : ZCOPY_ERR_SYSTEM,
+                           "mapping the control segment: %s", strerror(errno));
     ctl->segment = p;
     for (int r = 0; r < ctl->nranks; r++)
         if (r != ctl->rank)
@@ -295,7 +295,10 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     }
     for (int r = 0; r < zc->size; r++) {
         if (oks[r] != ZCOPY_SUCCESS) {
-            snprintf(reason, reason_len, "peer mapping failed on rank %d", r);
+            snprintf(reason, reason_len, oks[r] == ZCOPY_ERR_NOMEM
+                                             ? "out of memory on rank %d"
+                                             : "peer mapping failed on rank %d",
+                     r);
             st = oks[r];
             goto out;
         }

@@ -31,8 +31,11 @@ typedef enum {
     ZCOPY_COMM_NEW,               /* set up at its first collective */
     ZCOPY_COMM_READY,             /* zero-copy possible */
     ZCOPY_COMM_DISABLED,          /* always falls back, see disabled_reason */
-    ZCOPY_COMM_OPTED_OUT          /* info key mpix_zcopy=false on every rank:
+    ZCOPY_COMM_OPTED_OUT,         /* info key mpix_zcopy=false on every rank:
                                      forwards, counts nothing */
+    ZCOPY_COMM_RETRY              /* set-up ran out of memory: falls back
+                                     until collective retry_at, then sets up
+                                     again */
 } zcopy_comm_state_t;
 
 typedef struct zcopy_comm {
@@ -44,6 +47,10 @@ typedef struct zcopy_comm {
     struct zcopy_ctl *ctl;        /* control plane, once READY in a server */
     struct zcopy_span *span;      /* or this, once READY across servers */
     const char *name;             /* for logs; set by the component */
+    uint64_t calls;               /* collectives entered, the same count on
+                                     every rank */
+    uint64_t retry_at;            /* ZCOPY_COMM_RETRY: set up again there */
+    unsigned setups;              /* set-ups tried */
     bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[48];
     zcopy_covers_cache_t covers_cache; /* buffers found activated */

@@ -405,8 +405,9 @@ static zcopy_status_t peer_open(const zcopy_ipc_id_t *id,
     p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) {
-        st = zcopy_error(ZCOPY_ERR_SYSTEM, "peer %d: mapping its table: %s",
-                         (int)id->pid, strerror(errno));
+        st = zcopy_error(errno == ENOMEM ? ZCOPY_ERR_NOMEM : ZCOPY_ERR_SYSTEM,
+                         "peer %d: mapping its table: %s", (int)id->pid,
+                         strerror(errno));
         goto err;
     }
     peer->table = p;

@@ -17,6 +17,8 @@ zcopy_add_mpi_test(NAME mpi.citizen.release.np2 TARGET test_citizen NP 2 ARGS re
 foreach(np 2 3)
   zcopy_add_mpi_test(NAME mpi.citizen.mapfail.np${np} TARGET test_citizen
                      NP ${np} ARGS mapfail)
+  zcopy_add_mpi_test(NAME mpi.citizen.setupretry.np${np} TARGET test_citizen
+                     NP ${np} ARGS setupretry)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.settings.np3 TARGET test_citizen NP 3 ARGS settings)
 # Two application contexts: rank 0 with another small_msg than the others.
@@ -29,6 +31,7 @@ set_tests_properties(mpi.citizen.settings_mca.np3 PROPERTIES
   ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
-          settings.np3 settings_mca.np3 release.np2 mapfail.np2 mapfail.np3)
+          settings.np3 settings_mca.np3 release.np2 mapfail.np2 mapfail.np3
+          setupretry.np2 setupretry.np3)
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)
 endforeach()

@@ -30,6 +30,9 @@
  *              limit): the out-of-place call agreed zero-copy is still
  *              right, run by the fallback on every rank, and zero-copy
  *              resumes once the limit is lifted
+ *   setupretry a communicator whose set-up ran out of memory on one rank
+ *              (address space limit) falls back, and goes zero-copy once
+ *              memory is there again, without any call of the program
  *   stats      MPIX_Zcopy_get_stats never writes past a caller's struct
  *              that predates later fields
  *
@@ -739,6 +742,61 @@ static void run_mapfail(void)
     zt_arena_fini(&arena);
 }
 
+/* --- set-up retried after running out of memory --------------------------- */
+
+static void run_setupretry(void)
+{
+    const size_t count = 512;
+    struct rlimit old, tight;
+    zt_arena_t arena;
+    size_t used = 0;
+    double *in, *out;
+    MPIX_Zcopy_stats s;
+    MPI_Comm comm;
+    int calls = 0;
+
+    zt_arena_init(&arena, MPI_COMM_WORLD, 4 * MIB);
+    in = zt_arena_alloc(&arena, &used, count * sizeof(double));
+    out = zt_arena_alloc(&arena, &used, count * sizeof(double));
+    for (size_t i = 0; i < count; i++)
+        in[i] = rank + (double)i;
+    /* WORLD set up first: the topology loaded and the peers known (hwloc
+     * itself does not survive a failed allocation), so what the dup's
+     * set-up lacks is its control segment. */
+    MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    getrlimit(RLIMIT_AS, &old);
+    tight = old;
+    if (rank == 0) { /* no room for one more mapping */
+        tight.rlim_cur = vm_size_bytes();
+        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+    }
+    arm("allreduce whose set-up runs out of memory");
+    MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM, comm);
+    alarm(0);
+    if (rank == 0)
+        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    s = zt_stats(comm);
+    ZT_CHECK(s.fallback_calls == 1 && strstr(s.last_fallback_reason, "memory"),
+             "first call: %llu fallbacks, reason \"%s\"",
+             (unsigned long long)s.fallback_calls, s.last_fallback_reason);
+    arm("allreduces until set-up is retried");
+    do {
+        MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM, comm);
+        s = zt_stats(comm);
+    } while (s.zcopy_calls == 0 && ++calls < 64);
+    alarm(0);
+    ZT_CHECK(s.zcopy_calls == 1 && calls <= 2, "zero-copy after %d more "
+             "calls (reason \"%s\")", calls + 1, s.last_fallback_reason);
+    for (size_t i = 0; i < count; i++)
+        if (!ZT_CHECK(out[i] == (double)size * (size - 1) / 2 +
+                                   (double)size * i, "out[%zu] = %g", i,
+                      out[i]))
+            break;
+    MPI_Comm_free(&comm);
+    zt_arena_fini(&arena);
+}
+
 /* --- stats --------------------------------------------------------------- */
 
 /* The struct of the SPEC's first version: a program built against it. */
@@ -799,12 +857,15 @@ int main(int argc, char **argv)
         run_release();
     else if (strcmp(which, "mapfail") == 0)
         run_mapfail();
+    else if (strcmp(which, "setupretry") == 0)
+        run_setupretry();
     else if (strcmp(which, "stats") == 0)
         run_stats();
     else {
         if (rank == 0)
             fprintf(stderr, "usage: test_citizen progress|datatypes|"
-                            "intercomm|reductions|settings|settings-mca|release|mapfail|stats\n");
+                            "intercomm|reductions|settings|settings-mca|release|mapfail|"
+                            "setupretry|stats\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     return zt_finish();
