@@ -383,7 +383,10 @@ static bool ctl_wait_record(ctl_wait_t *w, int rank, _Atomic uint64_t *tag,
     }
 }
 
-int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what)
+/* Waits for every rank's record of @seq, inline or not; returns the first
+ * rank that declined it, or -1. */
+static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
+                        const char *what)
 {
     int first_declined = -1;
     ctl_wait_t w;
@@ -391,12 +394,18 @@ int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what)
     ctl_wait_init(&w, ctl, what, seq);
     for (int r = 0; r < ctl->nranks; r++) {
         zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
-        if (!ctl_wait_record(&w, r, &slot->rec[seq & 1].seq, seq) &&
-            first_declined < 0)
+        _Atomic uint64_t *tag = inline_records ? &slot->inl[seq & 1].seq
+                                               : &slot->rec[seq & 1].seq;
+        if (!ctl_wait_record(&w, r, tag, seq) && first_declined < 0)
             first_declined = r;
     }
     ctl->arrived = seq;
     return first_declined;
+}
+
+int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what)
+{
+    return ctl_wait_all(ctl, seq, false, what);
 }
 
 int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
@@ -405,8 +414,6 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const uint64_t seq = ++ctl->seq;
     zcopy_ctl_inline_t *line = &own->inl[seq & 1];
-    int first_declined = -1;
-    ctl_wait_t w;
 
     zcopy_ctl_claim(ctl, seq);
     line->reason = 0;
@@ -415,15 +422,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     /* Release: a peer that sees the tag also sees the payload. */
     atomic_store_explicit(&line->seq, seq, memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
-    ctl_wait_init(&w, ctl, what, seq);
-    for (int r = 0; r < ctl->nranks; r++) {
-        zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
-        if (!ctl_wait_record(&w, r, &slot->inl[seq & 1].seq, seq) &&
-            first_declined < 0)
-            first_declined = r;
-    }
-    ctl->arrived = seq;
-    return first_declined;
+    return ctl_wait_all(ctl, seq, true, what);
 }
 
 uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq)

@@ -829,6 +829,20 @@ static void run_stats(void)
     ZT_CHECK(now.zcopy_calls == old.s.zcopy_calls, "sized and v1 differ");
 }
 
+static void run_settings_info(void) { run_settings(false); }
+static void run_settings_mca(void) { run_settings(true); }
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} cases[] = {
+    { "progress", run_progress },     { "datatypes", run_datatypes },
+    { "intercomm", run_intercomm },   { "reductions", run_reductions },
+    { "settings", run_settings_info }, { "settings-mca", run_settings_mca },
+    { "release", run_release },       { "mapfail", run_mapfail },
+    { "setupretry", run_setupretry }, { "stats", run_stats },
+};
+
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "";
@@ -841,32 +855,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "needs at least 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (strcmp(which, "progress") == 0)
-        run_progress();
-    else if (strcmp(which, "datatypes") == 0)
-        run_datatypes();
-    else if (strcmp(which, "intercomm") == 0)
-        run_intercomm();
-    else if (strcmp(which, "reductions") == 0)
-        run_reductions();
-    else if (strcmp(which, "settings") == 0)
-        run_settings(false);
-    else if (strcmp(which, "settings-mca") == 0)
-        run_settings(true);
-    else if (strcmp(which, "release") == 0)
-        run_release();
-    else if (strcmp(which, "mapfail") == 0)
-        run_mapfail();
-    else if (strcmp(which, "setupretry") == 0)
-        run_setupretry();
-    else if (strcmp(which, "stats") == 0)
-        run_stats();
-    else {
-        if (rank == 0)
-            fprintf(stderr, "usage: test_citizen progress|datatypes|"
-                            "intercomm|reductions|settings|settings-mca|release|mapfail|"
-                            "setupretry|stats\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(which, cases[i].name) == 0) {
+            cases[i].run();
+            return zt_finish();
+        }
     }
-    return zt_finish();
+    if (rank == 0) {
+        fprintf(stderr, "usage: test_citizen CASE, one of:");
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            fprintf(stderr, " %s", cases[i].name);
+        fputc('\n', stderr);
+    }
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
 }
