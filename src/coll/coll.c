@@ -76,8 +76,10 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
     const uint32_t reason = zcopy_ctl_reason(zc->ctl, rank, seq);
 
     /* The code comes from another process: checked before it indexes. The
-     * text leaves the rank out, so that every rank records the same one
-     * whenever the ranks that declined did so for one reason. */
+     * text leaves the rank out, so that ranks record the same one whenever
+     * those that declined did so for one reason (and the decliner's slot
+     * still holds it: one that ran 8 collectives ahead has overwritten it,
+     * and then this rank records "a rank was not eligible"). */
     zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: %s falls back, rank %d "
               "declined (reason %u)", zc->rank, zcopy_coll_names[type], rank,
               reason);
@@ -87,12 +89,17 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
                                              : "a rank was not eligible");
 }
 
-/* Collectives whose planning writes vectors into the control slot, which
- * a peer may still be reading for the collective before the last. */
-static bool coll_writes_vectors(zcopy_coll_type_t type)
+/* Whether planning this call writes vectors into this rank's control slot,
+ * which a peer may still be reading for the collective before the last:
+ * every rank of an alltoallv, the root of a gatherv or scatterv. Only those
+ * claim before planning; any other rank that declines waits for nobody. */
+static bool coll_writes_vectors(const zcopy_comm_t *zc,
+                                const zcopy_coll_args_t *a)
 {
-    return type == ZCOPY_COLL_GATHERV || type == ZCOPY_COLL_SCATTERV ||
-           type == ZCOPY_COLL_ALLTOALLV;
+    if (a->type == ZCOPY_COLL_ALLTOALLV)
+        return true;
+    return (a->type == ZCOPY_COLL_GATHERV || a->type == ZCOPY_COLL_SCATTERV) &&
+           a->root == zc->rank;
 }
 
 /* What changes the path or the number of steps of a collective: if ranks
@@ -145,14 +152,15 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         zc->state = ZCOPY_COMM_DISABLED;
         return false;
     }
-    if (zc->ops.bcast(&root, sizeof(root), 0, zc->ops.ctx) != MPI_SUCCESS)
-        worst = -1;
-    differ = settings_differ(&mine, &root);
+    /* A rank whose bcast failed says so in its own vote, so that every
+     * rank stops here, not only those that saw the failure. */
+    differ = zc->ops.bcast(&root, sizeof(root), 0, zc->ops.ctx) != MPI_SUCCESS
+                 ? -1 : settings_differ(&mine, &root);
     if (zc->ops.allgather(&differ, all, sizeof(differ), zc->ops.ctx) !=
         MPI_SUCCESS)
         worst = -1;
     for (int r = 0; r < zc->size && worst == 0; r++)
-        worst = all[r];
+        worst = all[r] >= -1 && all[r] <= 4 ? all[r] : -1;
     if (worst != 0) {
         snprintf(zc->disabled_reason, sizeof(zc->disabled_reason), "%s",
                  worst < 0 ? "settings exchange failed"
@@ -252,7 +260,7 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return zcopy_span_run(zc, a);
 
     al.ctl = zc->ctl;
-    if (coll_writes_vectors(a->type))
+    if (coll_writes_vectors(zc, a))
         zcopy_ctl_claim(zc->ctl, zcopy_ctl_next(zc->ctl));
     zcopy_coll_plan(zc, a, &al, &plan);
     if (plan.args.reason != REASON_NONE) {
