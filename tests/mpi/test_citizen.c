@@ -414,6 +414,64 @@ static void datatype_allgather(pool_t *pool, const char *which, int count)
     pool_free(pool, rbuf);
 }
 
+/* Derived types that ARE one block in signature order (a contiguous run,
+ * a dup, a struct of two adjacent ints, a vector of stride 1) go zero-copy
+ * on activated buffers; a strided vector falls back. Results either way. */
+static void datatype_constructors(pool_t *pool)
+{
+    static const int one[2] = { 1, 1 };
+    const MPI_Aint adjacent[2] = { 0, sizeof(int) };
+    const MPI_Datatype ints[2] = { MPI_INT, MPI_INT };
+    struct { const char *name; MPI_Datatype t; int ints; bool contiguous; } c[5];
+    const int count = 300;
+
+    c[0].name = "contiguous(4)";
+    MPI_Type_contiguous(4, MPI_INT, &c[0].t);
+    c[0].ints = 4, c[0].contiguous = true;
+    c[1].name = "dup";
+    MPI_Type_dup(MPI_INT, &c[1].t);
+    c[1].ints = 1, c[1].contiguous = true;
+    c[2].name = "struct of adjacent ints";
+    MPI_Type_create_struct(2, one, adjacent, ints, &c[2].t);
+    c[2].ints = 2, c[2].contiguous = true;
+    c[3].name = "vector stride 1";
+    MPI_Type_vector(3, 1, 1, MPI_INT, &c[3].t);
+    c[3].ints = 3, c[3].contiguous = true;
+    c[4].name = "vector stride 2";
+    MPI_Type_vector(2, 1, 2, MPI_INT, &c[4].t);
+    c[4].ints = 2, c[4].contiguous = false;
+    for (int k = 0; k < 5; k++) {
+        /* Elements of the strided vector span 3 ints of which it sends 2. */
+        const int span = k == 4 ? 3 : c[k].ints;
+        int *buf = pool_alloc(pool, (size_t)(count * span + 4) * sizeof(int));
+        MPIX_Zcopy_stats before, after;
+        long bad = 0;
+
+        MPI_Type_commit(&c[k].t);
+        for (int i = 0; i < count * span + 4; i++)
+            buf[i] = rank == 0 ? 7 * i + 1 : -1;
+        before = zt_stats(MPI_COMM_WORLD);
+        arm(c[k].name);
+        MPI_Bcast(buf, count, c[k].t, 0, MPI_COMM_WORLD);
+        alarm(0);
+        after = zt_stats(MPI_COMM_WORLD);
+        for (int e = 0; rank != 0 && e < count; e++)
+            for (int j = 0; j < c[k].ints; j++) {
+                const int i = e * span + (k == 4 ? 2 * j : j);
+                bad += buf[i] != 7 * i + 1;
+            }
+        ZT_CHECK(bad == 0, "bcast %s: %ld wrong ints", c[k].name, bad);
+        ZT_CHECK((after.zcopy_calls - before.zcopy_calls == 1) ==
+                     (pool->activated && c[k].contiguous),
+                 "bcast %s (%s): %s expected", c[k].name,
+                 pool->activated ? "activated" : "malloc",
+                 pool->activated && c[k].contiguous ? "zero-copy"
+                                                    : "a fallback");
+        MPI_Type_free(&c[k].t);
+        pool_free(pool, buf);
+    }
+}
+
 static void run_datatypes(void)
 {
     static const char *const kinds[] = { "permuted", "duplicated", "holed" };
@@ -432,6 +490,8 @@ static void run_datatypes(void)
                     strcmp(kinds[k], "holed") == 0)
                     datatype_allgather(&pool, kinds[k], counts[c]);
             }
+        pool.used = 0;
+        datatype_constructors(&pool);
         pool_fini(&pool);
     }
 }
