@@ -39,7 +39,6 @@ const char *const zcopy_coll_reason_text[REASON_COUNT] = {
     [REASON_SPAN_IN_PLACE] = "in place across servers",
     [REASON_UCX_BLOCK] = "buffer not inside one UCX-registered block",
     [REASON_SCRATCH] = "no memory for landing or scratch",
-    [REASON_SETTINGS] = "settings differ between ranks",
 };
 
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
@@ -160,7 +159,9 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         MPI_SUCCESS)
         worst = -1;
     for (int r = 0; r < zc->size && worst == 0; r++)
-        worst = all[r] >= -1 && all[r] <= 4 ? all[r] : -1;
+        worst = all[r] >= -1 && all[r] < (int32_t)(sizeof(setting_names) /
+                                                  sizeof(setting_names[0]))
+                    ? all[r] : -1;
     if (worst != 0) {
         snprintf(zc->disabled_reason, sizeof(zc->disabled_reason), "%s",
                  worst < 0 ? "settings exchange failed"
@@ -190,7 +191,7 @@ static bool coll_any_in_place(const zcopy_algo_t *al)
 
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
- * component's collectives. Never retried after a failure. */
+ * component's collectives. Retried only after running out of memory. */
 static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 {
     bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX;
@@ -211,7 +212,7 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
     /* Out of memory passes: every rank of a server saw the same status,
      * agreed in zcopy_ctl_create, and counts collectives alike, so all
      * try again together, after twice as many collectives each time. */
-    if (st == ZCOPY_ERR_NOMEM && zc->span == NULL && !spans) {
+    if (st == ZCOPY_ERR_NOMEM && !spans) {
         zc->state = ZCOPY_COMM_RETRY;
         zc->retry_at = zc->calls + (UINT64_C(1) << (zc->setups < 20
                                                         ? zc->setups : 20));
@@ -222,11 +223,6 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
               st != ZCOPY_SUCCESS ? ": " : zc->span ? " (across servers)" : "",
               zc->disabled_reason);
     return st;
-}
-
-ZCOPY_COMPONENT_API void zcopy_coll_passthrough(void)
-{
-    zcopy_ipc_sweep();
 }
 
 ZCOPY_COMPONENT_API int zcopy_coll_progress(void)

@@ -48,10 +48,6 @@ typedef struct {
 
 zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
 
-/* What a collective on an opted-out communicator still owes: releasing
- * peers' deactivated blocks (SPEC section 3). */
-void zcopy_coll_passthrough(void);
-
 /* For Open MPI's progress loop, hooked in once libzcopy wants it (host
  * want_progress): one poll of the UCX worker, since a rank blocked in any
  * MPI call must still serve its peers' emulated gets and puts (SPEC section

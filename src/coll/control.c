@@ -416,7 +416,6 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     zcopy_ctl_inline_t *line = &own->inl[seq & 1];
 
     zcopy_ctl_claim(ctl, seq);
-    line->reason = 0;
     if (len > 0)
         memcpy(line->data, data, len);
     /* Release: a peer that sees the tag also sees the payload. */

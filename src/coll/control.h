@@ -17,7 +17,7 @@
  *   line 0    records by parity: arguments of collective k in rec[k % 2]
  *   line 1    sync: (number of syncs passed << 1) | failed
  *   line 2    arrive: the number of the last collective this rank entered
- *   lines 3-4 inline records by parity: flag, eligibility and payload in one
+ *   lines 3-4 inline records by parity: tag and payload in one line
  *   line 5    reasons: (k << 8 | reason) of the collectives declined,
  *             in reasons[k % ZCOPY_CTL_REASONS]; read only to word a
  *             fallback, so a rank running far ahead may overwrite one
@@ -53,12 +53,11 @@ typedef struct {
 
 #define ZCOPY_CTL_INLINE_MAX 48   /* payload bytes that fit a line */
 
-/* A tiny collective in one line: flag, eligibility and payload travel in
- * a single cache-line transfer. */
+/* A tiny collective in one line: the tag (which says eligible) and the
+ * payload travel in a single cache-line transfer. */
 typedef struct {
     _Atomic uint64_t seq;         /* number of the collective (written last) */
-    uint32_t reason;
-    uint32_t flags;
+    uint8_t pad[8];
     uint8_t data[ZCOPY_CTL_INLINE_MAX];
 } zcopy_ctl_inline_t;
 static_assert(sizeof(zcopy_ctl_inline_t) == ZCOPY_CACHE_LINE, "one line");

@@ -12,19 +12,13 @@
 
 #include <stdio.h>
 
-/* Bytes of payload in @type, contiguous or not: the part of a collective's
- * size every rank agrees on, since MPI requires matching type signatures. */
-static size_t signature_size(zcopy_comm_t *zc, MPI_Datatype type)
-{
-    (void)zc;
-    return zcopy_host.type_size(type);
-}
-
 /* The payload of a collective whose every rank's data fits a control line
  * (at most ZCOPY_CTL_INLINE_MAX bytes) travels in it: one cache-line
  * transfer per peer instead of an arrival, loads through the mappings and
  * a departure. Returns that size, the same on every rank, or 0 when the
- * collective takes the mapped path. Only arguments MPI declares significant
+ * collective takes the mapped path. Sizes are signature sizes (payload
+ * bytes, contiguous or not): what every rank agrees on, since MPI requires
+ * matching type signatures. Only arguments MPI declares significant
  * on this rank are read, and they agree across ranks by MPI's rules. */
 size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
@@ -36,24 +30,24 @@ size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     case ZCOPY_COLL_ALLREDUCE:
     case ZCOPY_COLL_REDUCE:
     case ZCOPY_COLL_BCAST:
-        total = a->scount * signature_size(zc, a->stype);
+        total = a->scount * zcopy_host.type_size(a->stype);
         break;
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-        total = n * a->scount * signature_size(zc, a->stype);
+        total = n * a->scount * zcopy_host.type_size(a->stype);
         break;
     case ZCOPY_COLL_ALLGATHER:
-        total = a->rcount * signature_size(zc, a->rtype);
+        total = a->rcount * zcopy_host.type_size(a->rtype);
         break;
     case ZCOPY_COLL_GATHER:
-        total = root ? a->rcount * signature_size(zc, a->rtype)
-                     : a->scount * signature_size(zc, a->stype);
+        total = root ? a->rcount * zcopy_host.type_size(a->rtype)
+                     : a->scount * zcopy_host.type_size(a->stype);
         break;
     case ZCOPY_COLL_SCATTER:
-        total = n * (root ? a->scount * signature_size(zc, a->stype)
-                          : a->rcount * signature_size(zc, a->rtype));
+        total = n * (root ? a->scount * zcopy_host.type_size(a->stype)
+                          : a->rcount * zcopy_host.type_size(a->rtype));
         break;
     case ZCOPY_COLL_ALLTOALL:
-        total = n * a->rcount * signature_size(zc, a->rtype);
+        total = n * a->rcount * zcopy_host.type_size(a->rtype);
         break;
     default:
         return 0;

@@ -19,7 +19,6 @@ typedef enum {
     REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers */
     REASON_UCX_BLOCK,             /* no UCX-registered block under a buffer */
     REASON_SCRATCH,               /* no landing area or registered scratch */
-    REASON_SETTINGS,              /* a path-changing setting differs */
     REASON_COUNT
 } coll_reason_t;
 
@@ -37,9 +36,6 @@ typedef struct {
 /* Fills @p with this rank's arguments and eligibility (plan.c). */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                      zcopy_algo_t *al, coll_plan_t *p);
-
-/* Bytes per element of a contiguous datatype, 0 if it is not (plan.c). */
-size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type);
 
 /* Counts a fallback with "<collective>: <why>" (coll.c); @why is a
  * constant or lives as long as @zc. */

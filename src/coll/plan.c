@@ -10,15 +10,6 @@
 
 /* --- datatypes and extents ----------------------------------------------- */
 
-/* Bytes per element of a type that is one block in signature order, 0 if
- * it is not: Open MPI's own description says (host hooks), since no test
- * of bounds and extents tells a permuted typemap from a contiguous one. */
-size_t zcopy_coll_type_size(zcopy_comm_t *zc, MPI_Datatype type)
-{
-    (void)zc;
-    return zcopy_host.type_elem_bytes(type);
-}
-
 /* Programs reduce with one (op, type) call after call: the answer for a
  * pair with a kernel (predefined op and type: handles that never change)
  * is remembered, anything else asked anew. */
@@ -267,9 +258,9 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     if (a->type == ZCOPY_COLL_BARRIER)
         return;
     al->ssize = send_significant && (a->sbuf != MPI_IN_PLACE || reduction)
-                    ? zcopy_coll_type_size(zc, a->stype) : 1;
+                    ? zcopy_host.type_elem_bytes(a->stype) : 1;
     al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE
-                    ? zcopy_coll_type_size(zc, a->rtype) : 1;
+                    ? zcopy_host.type_elem_bytes(a->rtype) : 1;
     if (al->ssize == 0 || al->rsize == 0) {
         p->args.reason = REASON_DATATYPE;
         return;

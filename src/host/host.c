@@ -65,7 +65,6 @@ static void default_reduce_local(MPI_Op op, MPI_Datatype type, const void *in,
     }
 }
 
-
 zcopy_host_t zcopy_host = {
     .type_elem_bytes = default_type_elem_bytes,
     .type_size = default_type_size,

@@ -202,6 +202,7 @@ zcopy_status_t zcopy_reduce(MPI_Op op, MPI_Datatype type, void *dst,
                            "reduce: MPI_REPLACE and MPI_NO_OP are not reductions");
     if (!zcopy_reduce_supported(op, type))
         return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
-                           "reduce: the op is not commutative");
+                           "reduce: the op is not commutative or not defined "
+                           "on this contiguous type");
     return reduce_with_host(op, type, dst, srcs, nsrcs, count);
 }
