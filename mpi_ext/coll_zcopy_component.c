@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ompi/attribute/attribute.h"
 #include "opal/mca/base/mca_base_pvar.h"
 #include "opal/mca/base/mca_base_var_enum.h"
 #include "opal/runtime/opal_progress.h"
@@ -166,6 +167,53 @@ static int zcopy_progress(void)
  * libzcopy has work for it; one flag for the process, as the loop is. */
 static atomic_bool zcopy_progress_registered;
 
+/* MPI_Finalize deletes MPI_COMM_SELF's attributes first, while every peer
+ * still communicates, then fences, then destroys the communicators: by
+ * then peers on other servers may have exited. Connections close here. */
+static int zcopy_finalize_starts(MPI_Comm comm, int keyval, void *value,
+                                 void *extra)
+{
+    (void)comm;
+    (void)keyval;
+    (void)value;
+    (void)extra;
+    zcopy_coll_disconnect();
+    return MPI_SUCCESS;
+}
+
+static int zcopy_self_no_copy(MPI_Comm comm, int keyval, void *extra,
+                              void *value_in, void *value_out, int *flag,
+                              MPI_Comm newcomm)
+{
+    (void)comm;
+    (void)keyval;
+    (void)extra;
+    (void)value_in;
+    (void)value_out;
+    (void)newcomm;
+    *flag = 0;
+    return MPI_SUCCESS;
+}
+
+static void finalize_hook_register(void)
+{
+    ompi_attribute_fn_ptr_union_t copy = {
+        .attr_communicator_copy_fn = zcopy_self_no_copy };
+    ompi_attribute_fn_ptr_union_t del = {
+        .attr_communicator_delete_fn = zcopy_finalize_starts };
+    int key;
+
+    if (ompi_attr_create_keyval(COMM_ATTR, copy, del, &key, NULL, 0, NULL) !=
+            OMPI_SUCCESS ||
+        ompi_attr_set_c(COMM_ATTR, &ompi_mpi_comm_self.comm,
+                        &ompi_mpi_comm_self.comm.c_keyhash, key, NULL,
+                        false) != OMPI_SUCCESS)
+        opal_output(0, "coll/zcopy: no hook at MPI_Finalize; connections "
+                       "between servers close when the communicators go");
+}
+
+/* Called once libzcopy has live state that needs the engine (a UCX worker,
+ * a peer's mapping): then also the orderly end at MPI_Finalize. */
 void mca_coll_zcopy_want_progress(void)
 {
     if (atomic_load_explicit(&zcopy_progress_registered, memory_order_relaxed) ||
@@ -176,6 +224,7 @@ void mca_coll_zcopy_want_progress(void)
         opal_output(0, "coll/zcopy: cannot join Open MPI's progress loop; "
                        "peers' memory is released at collectives only");
     }
+    finalize_hook_register();
 }
 
 static int zcopy_init_query(bool enable_progress_threads,

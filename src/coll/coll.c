@@ -231,6 +231,11 @@ ZCOPY_COMPONENT_API int zcopy_coll_progress(void)
     return (int)zcopy_ucx_progress();
 }
 
+ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)
+{
+    zcopy_ucx_disconnect();
+}
+
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a)
 {

@@ -55,4 +55,10 @@ zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
  * only nonblocking collectives would otherwise keep (SPEC section 3). */
 int zcopy_coll_progress(void);
 
+/* For the start of MPI_Finalize, while every peer is still there: closes
+ * the connections between servers in order (zcopy_ucx_disconnect()), so
+ * that nothing is flushed towards a process that has already exited when
+ * the communicators go. A later collective reconnects. */
+void zcopy_coll_disconnect(void);
+
 #endif

@@ -34,21 +34,42 @@ static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key
            memcmp(ep->address, address, address_len) == 0;
 }
 
-zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
-                                const void *address, size_t address_len,
-                                zcopy_ucx_ep_t **ep_p)
+static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
 {
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-        .address    = address,
+        .address    = ep->address,
         /* No peer failure handling: it would exclude transports that cannot
          * detect a dead peer, and a failed peer ends an MPI job anyway. */
         .err_mode   = UCP_ERR_HANDLING_MODE_NONE,
     };
+    ucs_status_t us = ucp_ep_create(zcopy_ucx.worker, &params, &ep->handle);
+
+    if (us != UCS_OK) {
+        ep->handle = NULL;
+        return zcopy_ucx_error(us, "ucx: endpoint to pid %llu",
+                               (unsigned long long)ep->key.pid);
+    }
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_ucx_ep_handle_locked(zcopy_ucx_ep_t *ep, ucp_ep_h *handle_p)
+{
+    /* Closed by zcopy_ucx_disconnect(): a communicator that outlived it
+     * (a collective from a later finalize callback) connects again. */
+    if (ep->handle == NULL)
+        ZCOPY_CHECK(ep_connect_locked(ep));
+    *handle_p = ep->handle;
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
+                                const void *address, size_t address_len,
+                                zcopy_ucx_ep_t **ep_p)
+{
     zcopy_ucx_ep_t *ep;
     zcopy_status_t st;
-    ucs_status_t us;
 
     if (key == NULL || address == NULL || address_len == 0 || ep_p == NULL)
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: endpoint: NULL or empty "
@@ -83,12 +104,9 @@ zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
     memcpy(ep->address, address, address_len);
     ep->address_len = address_len;
     ep->key = *key;
-    us = ucp_ep_create(zcopy_ucx.worker, &params, &ep->handle);
-    if (us != UCS_OK) {
-        st = zcopy_ucx_error(us, "ucx: endpoint to pid %llu",
-                             (unsigned long long)key->pid);
+    st = ep_connect_locked(ep);
+    if (st != ZCOPY_SUCCESS)
         goto err_free_address;
-    }
     ep->refs = 1;
     zcopy_ucx.eps[zcopy_ucx.neps++] = ep;
     zcopy_log(ZCOPY_LOG_TRACE, "ucx", "endpoint to pid %llu on host %#llx",
@@ -122,21 +140,29 @@ static void rkey_destroy_at_locked(zcopy_ucx_ep_t *ep, size_t i)
     ep->rkeys[i] = ep->rkeys[--ep->nrkeys];
 }
 
+static void rkeys_destroy_all_locked(zcopy_ucx_ep_t *ep)
+{
+    while (ep->nrkeys > 0)
+        rkey_destroy_at_locked(ep, ep->nrkeys - 1);
+}
+
+static const ucp_request_param_t close_in_flush_mode = {
+    .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+    .flags = 0,
+};
+
 void zcopy_ucx_ep_close_locked(zcopy_ucx_ep_t *ep, bool flush)
 {
-    ucp_request_param_t param = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                  .flags = 0 /* flush mode */ };
     ucs_status_t us;
     size_t i;
 
-    if (flush && ep->issued != ep->flushed)
+    if (flush && ep->handle != NULL && ep->issued != ep->flushed)
         flush_or_warn_locked(ep);
-    while (ep->nrkeys > 0)
-        rkey_destroy_at_locked(ep, ep->nrkeys - 1);
+    rkeys_destroy_all_locked(ep);
     free(ep->rkeys);
-    if (flush) {
-        us = zcopy_ucx_request_wait_locked(ucp_ep_close_nbx(ep->handle,
-                                                            &param));
+    if (flush && ep->handle != NULL) {
+        us = zcopy_ucx_request_wait_locked(
+            ucp_ep_close_nbx(ep->handle, &close_in_flush_mode));
         if (us != UCS_OK)
             zcopy_log(ZCOPY_LOG_WARN, "ucx", "closing the endpoint to pid "
                       "%llu: %s", (unsigned long long)ep->key.pid,
@@ -147,6 +173,85 @@ void zcopy_ucx_ep_close_locked(zcopy_ucx_ep_t *ep, bool flush)
     zcopy_ucx.eps[i] = zcopy_ucx.eps[--zcopy_ucx.neps];
     free(ep->address);
     free(ep);
+}
+
+/* Waits for every close request of @reqs (NULL entries are done). */
+static void closes_wait_locked(ucs_status_ptr_t *reqs, uint64_t *pids, size_t n)
+{
+    unsigned idle = 0;
+    size_t pending;
+
+    do {
+        pending = 0;
+        for (size_t i = 0; i < n; i++) {
+            ucs_status_t us;
+
+            if (reqs[i] == NULL)
+                continue;
+            us = ucp_request_check_status(reqs[i]);
+            if (us == UCS_INPROGRESS) {
+                pending++;
+                continue;
+            }
+            ucp_request_free(reqs[i]);
+            reqs[i] = NULL;
+            if (us != UCS_OK)
+                zcopy_log(ZCOPY_LOG_WARN, "ucx", "closing the endpoint to "
+                          "pid %llu: %s", (unsigned long long)pids[i],
+                          ucs_status_string(us));
+        }
+        if (pending > 0)
+            zcopy_ucx_poll_locked(&idle);
+    } while (pending > 0);
+}
+
+/* All endpoints close at once, each close overlapping the others' round
+ * trips; a flush of the whole worker first, so that no request still uses
+ * a key when the keys go. */
+void zcopy_ucx_disconnect(void)
+{
+    ucp_request_param_t flush_param = { .op_attr_mask = 0 };
+    ucs_status_ptr_t *reqs = NULL;
+    uint64_t *pids = NULL;
+    size_t n = 0;
+    ucs_status_t us;
+
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    if (zcopy_ucx.state != UCX_STATE_LIVE || zcopy_ucx.neps == 0)
+        goto out;
+    reqs = calloc(zcopy_ucx.neps, sizeof(*reqs));
+    pids = calloc(zcopy_ucx.neps, sizeof(*pids));
+    if (reqs == NULL || pids == NULL)
+        goto out;          /* each endpoint then closes with its last user */
+    us = zcopy_ucx_request_wait_locked(
+        ucp_worker_flush_nbx(zcopy_ucx.worker, &flush_param));
+    if (us != UCS_OK)
+        zcopy_log(ZCOPY_LOG_WARN, "ucx", "flushing the worker before "
+                  "closing its endpoints: %s", ucs_status_string(us));
+    for (size_t i = 0; i < zcopy_ucx.neps; i++) {
+        zcopy_ucx_ep_t *ep = zcopy_ucx.eps[i];
+
+        ep->flushed = ep->issued;
+        rkeys_destroy_all_locked(ep);
+        if (ep->handle == NULL)
+            continue;
+        reqs[n] = ucp_ep_close_nbx(ep->handle, &close_in_flush_mode);
+        pids[n] = ep->key.pid;
+        ep->handle = NULL;
+        if (UCS_PTR_IS_ERR(reqs[n])) {
+            zcopy_log(ZCOPY_LOG_WARN, "ucx", "closing the endpoint to pid "
+                      "%llu: %s", (unsigned long long)pids[n],
+                      ucs_status_string(UCS_PTR_STATUS(reqs[n])));
+            reqs[n] = NULL;
+        }
+        n++;
+    }
+    closes_wait_locked(reqs, pids, n);
+    zcopy_log(ZCOPY_LOG_DEBUG, "ucx", "disconnected %zu endpoints", n);
+out:
+    free(reqs);
+    free(pids);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
 }
 
 void zcopy_ucx_ep_put(zcopy_ucx_ep_t *ep)
@@ -216,6 +321,7 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
     zcopy_ucx_rkey_t *rkey;
     zcopy_status_t st = ZCOPY_SUCCESS;
     ucs_status_t us;
+    ucp_ep_h handle;
 
     if (ep == NULL || remote == NULL || rkey_p == NULL ||
         remote->packed_rkey == NULL || remote->packed_rkey_len == 0 ||
@@ -251,6 +357,9 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
         st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
         goto out;
     }
+    st = zcopy_ucx_ep_handle_locked(ep, &handle);
+    if (st != ZCOPY_SUCCESS)
+        goto out;
     rkey = calloc(1, sizeof(*rkey));
     if (rkey == NULL) {
         st = zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
@@ -258,7 +367,7 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
     }
     /* UCX reads the packed key without being told its length; ours comes
      * from the peer's own ucp_rkey_pack, which is what makes this safe. */
-    us = ucp_ep_rkey_unpack(ep->handle, remote->packed_rkey, &rkey->handle);
+    us = ucp_ep_rkey_unpack(handle, remote->packed_rkey, &rkey->handle);
     if (us != UCS_OK) {
         st = zcopy_ucx_error(us, "ucx: unpacking the key of generation %llu "
                              "of pid %llu",

@@ -92,6 +92,14 @@ zcopy_status_t zcopy_ucx_init(void);
  * process has returned from it. */
 void zcopy_ucx_cleanup(void);
 
+/* Closes every endpoint, all at once, in flush mode: for the start of
+ * MPI_Finalize, while every peer is still there. Closing later, when the
+ * communicators go, would flush towards peers that may have exited (UCX
+ * then reports an endpoint timeout). Each peer's process must progress
+ * (any MPI call, or its own disconnect) until every process has returned.
+ * Endpoints stay valid for their holders: one used again reconnects. */
+void zcopy_ucx_disconnect(void);
+
 /* This worker's address, for peers' zcopy_ucx_ep_get(); valid until
  * zcopy_ucx_cleanup(). */
 zcopy_status_t zcopy_ucx_worker_address(const void **address_p,

@@ -90,8 +90,13 @@ ucs_status_t zcopy_ucx_request_wait_locked(ucs_status_ptr_t request);
 
 zcopy_status_t zcopy_ucx_flush_locked(zcopy_ucx_ep_t *ep);
 
-/* Closes @ep whatever its references: flushes first unless @force. */
-void zcopy_ucx_ep_close_locked(zcopy_ucx_ep_t *ep, bool force);
+/* Closes @ep whatever its references; with @flush (peers progressing),
+ * flushes and closes in flush mode, else leaves it to the worker's end. */
+void zcopy_ucx_ep_close_locked(zcopy_ucx_ep_t *ep, bool flush);
+
+/* @ep's UCX endpoint, connected again if zcopy_ucx_disconnect() closed it. */
+zcopy_status_t zcopy_ucx_ep_handle_locked(zcopy_ucx_ep_t *ep,
+                                          ucp_ep_h *handle_p);
 
 /* Unregisters and frees @mem (it must be on the list). */
 void zcopy_ucx_mem_release_locked(zcopy_ucx_mem_t *mem);

@@ -49,6 +49,7 @@ static zcopy_status_t rma(bool put, zcopy_ucx_ep_t *ep, void *local,
     };
     ucs_status_ptr_t request;
     zcopy_status_t st;
+    ucp_ep_h handle;
 
     if (ep == NULL || rkey == NULL || comp == NULL || (local == NULL && len))
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: %s: NULL argument", what);
@@ -77,9 +78,12 @@ static zcopy_status_t rma(bool put, zcopy_ucx_ep_t *ep, void *local,
     }
 
     pthread_mutex_lock(&zcopy_ucx.lock);
-    request = put ? ucp_put_nbx(ep->handle, local, len, remote, rkey->handle,
+    st = zcopy_ucx_ep_handle_locked(ep, &handle);
+    if (st != ZCOPY_SUCCESS)
+        goto out;
+    request = put ? ucp_put_nbx(handle, local, len, remote, rkey->handle,
                                 &param)
-                  : ucp_get_nbx(ep->handle, local, len, remote, rkey->handle,
+                  : ucp_get_nbx(handle, local, len, remote, rkey->handle,
                                 &param);
     st = comp_add(comp, request, what, ep, len);
     if (st == ZCOPY_SUCCESS) {
@@ -88,6 +92,7 @@ static zcopy_status_t rma(bool put, zcopy_ucx_ep_t *ep, void *local,
         atomic_fetch_add_explicit(&zcopy_ucx.bytes, len,
                                   memory_order_relaxed);
     }
+out:
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return st;
 }
@@ -122,7 +127,11 @@ zcopy_status_t zcopy_ucx_flush_nb(zcopy_ucx_ep_t *ep, zcopy_ucx_comp_t *comp)
     if (ep == NULL || comp == NULL)
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: flush: NULL argument");
     pthread_mutex_lock(&zcopy_ucx.lock);
-    st = comp_add(comp, ucp_ep_flush_nbx(ep->handle, &param), "flush", ep, 0);
+    if (ep->handle != NULL) /* a closed endpoint has nothing to flush */
+        st = comp_add(comp, ucp_ep_flush_nbx(ep->handle, &param), "flush", ep,
+                      0);
+    else
+        st = ZCOPY_SUCCESS;
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return st;
 }
@@ -133,6 +142,8 @@ zcopy_status_t zcopy_ucx_flush_locked(zcopy_ucx_ep_t *ep)
     uint64_t covered = ep->issued;  /* what this flush will have completed */
     ucs_status_t us;
 
+    if (ep->handle == NULL)
+        return ZCOPY_SUCCESS;     /* closed: nothing can be outstanding */
     us = zcopy_ucx_request_wait_locked(ucp_ep_flush_nbx(ep->handle, &param));
     if (us != UCS_OK)
         return zcopy_ucx_error(us, "ucx: flushing the endpoint to pid %llu",
