@@ -19,14 +19,18 @@
 #include <unistd.h>
 
 /* What every rank tells the others when a communicator is set up. */
+/* CPUs 0 to 1023, as many as glibc's cpu_set_t holds by default. */
+#define CTL_CPU_WORDS 16
+
 typedef struct {
     zcopy_topo_rank_t where;      /* server, local rank, nearest devices */
     zcopy_ipc_id_t ipc;           /* how to reach its export table */
     int32_t segment_fd;           /* rank 0: the control segment */
     int32_t status;
     uint64_t segment_ino;
+    uint64_t cpus[CTL_CPU_WORDS]; /* its affinity; all zero if unknown */
 } ctl_hello_t;
-static_assert(sizeof(ctl_hello_t) == 64, "exchanged between processes");
+static_assert(sizeof(ctl_hello_t) == 192, "exchanged between processes");
 
 static inline void cpu_relax(void)
 {
@@ -106,22 +110,65 @@ static inline void ctl_relax(ctl_wait_t *w, int peer)
         cpu_relax();
 }
 
-/* Ranks outnumber cores when the job puts more processes on this node than
- * it has CPUs to run them. A process bound to one core says nothing about
- * the others (mpirun binds each rank to its own core), so affinity only
- * counts when it leaves the process several CPUs, e.g. a cpuset. */
-static bool ranks_outnumber_cores(int nranks)
+static void cpus_of_self(uint64_t *words)
+{
+    cpu_set_t set;
+
+    memset(words, 0, CTL_CPU_WORDS * sizeof(*words));
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return;
+    for (int c = 0; c < CTL_CPU_WORDS * 64 && c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            words[c / 64] |= UINT64_C(1) << (c % 64);
+}
+
+/* How many CPUs the ranks of @all may run on together; 0 if a rank could
+ * not tell. */
+static int cpus_shared(const ctl_hello_t *all, int nranks)
+{
+    uint64_t any[CTL_CPU_WORDS] = { 0 };
+    int count = 0;
+
+    for (int r = 0; r < nranks; r++) {
+        uint64_t mine = 0;
+
+        for (int w = 0; w < CTL_CPU_WORDS; w++) {
+            any[w] |= all[r].cpus[w];
+            mine |= all[r].cpus[w];
+        }
+        if (mine == 0)
+            return 0;
+    }
+    for (int w = 0; w < CTL_CPU_WORDS; w++)
+        count += __builtin_popcountll(any[w]);
+    return count;
+}
+
+/* Ranks outnumber cores when more processes share the server's CPUs than
+ * there are CPUs to run them. Two views, either is enough:
+ * - this communicator's ranks against the CPUs they may run on together,
+ *   which sees ranks that a cpuset or taskset confines to fewer CPUs than
+ *   ranks (two to a core, say);
+ * - the job's ranks on this host against the CPUs one process may use; a
+ *   process bound to one core says nothing here (mpirun binds each rank to
+ *   a core of its own when they fit), so only a set of several counts. */
+static bool ranks_outnumber_cores(const ctl_hello_t *all, int rank,
+                                  int nranks)
 {
     const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int local = local_size ? atoi(local_size) : nranks;
-    cpu_set_t set;
+    int shared = cpus_shared(all, nranks);
+    int mine = 0;
 
     if (zcopy_config.yield_mode)
         return zcopy_config.yield_mode == 1;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 1 &&
-        CPU_COUNT(&set) < cores)
-        cores = CPU_COUNT(&set);
+    if (shared > 0 && nranks > shared)
+        return true;
+    for (int w = 0; w < CTL_CPU_WORDS; w++)
+        mine += __builtin_popcountll(all[rank].cpus[w]);
+    if (mine > 1 && mine < cores)
+        cores = mine;
     return (local > nranks ? local : nranks) > cores;
 }
 
@@ -164,7 +211,6 @@ static zcopy_status_t ctl_alloc(zcopy_ctl_t **ctl_p, int rank, int nranks)
     ctl->cache = calloc((size_t)nranks, sizeof(*ctl->cache));
     ctl->cache_next = calloc((size_t)nranks, sizeof(*ctl->cache_next));
     ctl->hints = calloc((size_t)nranks, sizeof(*ctl->hints));
-    ctl->yield = ranks_outnumber_cores(nranks);
     *ctl_p = ctl;
     if (!ctl->peers || !ctl->cache || !ctl->cache_next || !ctl->hints)
         return zcopy_error(ZCOPY_ERR_NOMEM, "control: out of memory");
@@ -249,6 +295,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
     }
     zcopy_topo_rank_self(&mine.where);
+    cpus_of_self(mine.cpus);
     st = ctl_alloc(&ctl, zc->rank, zc->size);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
@@ -276,6 +323,13 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         snprintf(reason, reason_len, "spans servers");
         st = ZCOPY_ERR_UNSUPPORTED;
         goto out;
+    }
+    if (st == ZCOPY_SUCCESS) {
+        ctl->yield = ranks_outnumber_cores(all, zc->rank, zc->size);
+        if (zc->rank == 0)
+            zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks on %d CPUs: waits %s",
+                      zc->size, cpus_shared(all, zc->size),
+                      ctl->yield ? "yield the processor" : "spin");
     }
     if (st == ZCOPY_SUCCESS && all[0].status == ZCOPY_SUCCESS)
         st = ctl_attach(ctl, all, mine.segment_fd);

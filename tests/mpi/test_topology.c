@@ -13,11 +13,15 @@
  *      under coll_zcopy_transport=ipc) those fall back with a reason
  *      containing "spans servers" instead, and stay correct.
  *   2. Memory activated by ranks 0 and 1 only, with the range set on their
- *      own split. Collectives there run zero-copy; on a split of ranks 0
+ *      own split. Collectives there run zero-copy (through UCX if 0 and 1
+ *      are on different servers); on a split of ranks 0
  *      and 2, where rank 2's buffers are plain memory, they fall back, on
  *      both ranks with the same reason, "send buffer not activated",
  *      whether 0 and 2 share a server or not (under --transport-ipc,
  *      "spans servers" when they do not).
+ *   With --cluster (on an emulated cluster, tests/cluster/), the servers
+ *   are real hosts: each is the block of world ranks that share a host
+ *   name (mpirun places them by slot), of any size.
  *   3. With --expect-map (run under coll_zcopy_verbose 10): stderr is
  *      captured from before MPI_Init; the first process of each server
  *      printed the server map of MPI_COMM_WORLD exactly once, with its
@@ -37,7 +41,12 @@
 #define BIG_COUNT 6000           /* ints: 24 KB, above the small-message
                                     threshold */
 
-static int wrank, wsize, virtual_servers = 1, block;
+static int wrank, wsize, virtual_servers = 1;
+static bool cluster;                /* --cluster: servers are hosts */
+static int nservers;
+static int server_idx[MAX_RANKS];   /* world rank -> server */
+static int server_first[MAX_RANKS]; /* server -> its first world rank */
+static int server_end[MAX_RANKS];   /* server -> one past its last */
 static bool transport_ipc;       /* --transport-ipc: coll_zcopy_transport=ipc */
 
 typedef struct {
@@ -163,11 +172,18 @@ static MPIX_Zcopy_stats run_and_check(MPI_Comm comm, const char *name,
     MPIX_Zcopy_stats s0 = zt_stats(comm), s1;
     unsigned calls = run_collectives(comm, name, b, salt);
     unsigned long long zc, fb;
+    int size;
 
     s1 = zt_stats(comm);
     zc = s1.zcopy_calls - s0.zcopy_calls;
     fb = s1.fallback_calls - s0.fallback_calls;
-    if (zcopy) {
+    MPI_Comm_size(comm, &size);
+    if (size == 1) {
+        /* A server of one rank: zcopy is not selected on such a
+         * communicator, stock runs it. */
+        ZT_CHECK(zc == 0 && fb == 0, "%s: one rank, yet zcopy counted %llu "
+                 "calls and %llu fallbacks", name, zc, fb);
+    } else if (zcopy) {
         ZT_CHECK(zc == calls && fb == 0, "%s: %llu of %u collectives "
                  "zero-copy, %llu fallbacks (last: %s)", name, zc, calls, fb,
                  s1.last_fallback_reason);
@@ -199,7 +215,40 @@ static MPI_Comm split(MPI_Comm comm, int color, int key)
     return out;
 }
 
-static int server_of(int world_rank) { return world_rank / block; }
+static int server_of(int world_rank) { return server_idx[world_rank]; }
+
+/* Virtual servers: blocks of ceil(size / V) world ranks. A cluster: the
+ * blocks of ranks with one host name, which must be contiguous. */
+static void find_servers(void)
+{
+    const int block = (wsize + virtual_servers - 1) / virtual_servers;
+    char names[MAX_RANKS][MPI_MAX_PROCESSOR_NAME] = { { 0 } };
+    char mine[MPI_MAX_PROCESSOR_NAME] = { 0 };
+    int len;
+
+    MPI_Get_processor_name(mine, &len);
+    MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names,
+                  MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    nservers = 0;
+    for (int r = 0; r < wsize; r++) {
+        bool next = cluster ? r > 0 && strcmp(names[r], names[r - 1]) != 0
+                            : r > 0 && r % block == 0;
+
+        if (r == 0 || next)
+            server_first[nservers++] = r;
+        server_idx[r] = nservers - 1;
+        server_end[nservers - 1] = r + 1;
+        for (int q = 0; cluster && next && q < server_first[nservers - 1]; q++)
+            ZT_CHECK(strcmp(names[q], names[r]) != 0, "ranks of host %s are "
+                     "not contiguous", names[r]);
+    }
+}
+
+/* The local rank Open MPI gives world rank @r. */
+static int local_rank_of(int r)
+{
+    return cluster ? r - server_first[server_of(r)] : r;
+}
 
 /* Whether the world ranks of parity @parity are on more than one server. */
 static bool parity_spans_servers(int parity)
@@ -214,17 +263,18 @@ static bool parity_spans_servers(int parity)
 
 static void test_world_activation(void)
 {
-    const bool split_servers = virtual_servers > 1 && wsize > block;
+    const bool split_servers = nservers > 1;
     MPI_Comm server, reversed, interleaved;
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     size_t off = 0;
     zt_arena_t arena;
     bufs_t b;
 
-    /* On one host the local rank is the world rank; the servers are then
-     * blocks of world ranks, which is what the splits below rely on. */
-    ZT_CHECK(local != NULL && atoi(local) == wrank,
-             "local rank %s, world rank %d: not one host", local, wrank);
+    /* The servers are blocks of world ranks, which is what the splits
+     * below rely on (on one host the local rank is the world rank). */
+    ZT_CHECK(local != NULL && atoi(local) == local_rank_of(wrank),
+             "local rank %s, world rank %d: expected local rank %d", local,
+             wrank, local_rank_of(wrank));
 
     zt_arena_init(&arena, MPI_COMM_WORLD, 2 * buf_ints * sizeof(int));
     b.s = zt_arena_alloc(&arena, &off, buf_ints * sizeof(int));
@@ -272,7 +322,9 @@ static void test_partial_activation(void)
         b.s = zt_arena_alloc(&arena, &off, buf_ints * sizeof(int));
         b.r = zt_arena_alloc(&arena, &off, buf_ints * sizeof(int));
         run_and_check(pair01, "ranks 0,1 (activated on their split)", b, 50,
-                      PATH_MAPPED, NULL);
+                      server_of(0) != server_of(1) ? spanning_path()
+                                                   : PATH_MAPPED,
+                      "spans servers");
     } else {
         plain = malloc(2 * buf_ints * sizeof(int));
         ZT_CHECK(plain != NULL, "out of memory");
@@ -354,9 +406,8 @@ static int count_of(const char *text, const char *what)
 
 static void check_server_map(const char *text)
 {
-    const int servers = (wsize + block - 1) / block, mine = server_of(wrank);
-    const int first = mine * block;
-    const int last = first + block < wsize ? first + block : wsize;
+    const int servers = nservers, mine = server_of(wrank);
+    const int first = server_first[mine], last = server_end[mine];
     const bool leader = wrank == first;
     char want[256];
     size_t len;
@@ -382,7 +433,7 @@ static void check_server_map(const char *text)
     ZT_CHECK(strstr(text, "  GPUs: ") != NULL, "no GPUs line");
     for (int r = 0; r < wsize; r++) {
         snprintf(want, sizeof(want), "  rank %d: local rank %d, nearest NUMA "
-                 "node ", r, r);
+                 "node ", r, local_rank_of(r));
         ZT_CHECK((strstr(text, want) != NULL) == (r >= first && r < last),
                  "rank %d is %s the map of server %d", r,
                  r >= first && r < last ? "missing from" : "wrongly in",
@@ -402,6 +453,8 @@ int main(int argc, char **argv)
             expect_map = true;
         else if (strcmp(argv[i], "--transport-ipc") == 0)
             transport_ipc = true;
+        else if (strcmp(argv[i], "--cluster") == 0)
+            cluster = true;
     }
     /* Before MPI_Init: the map is printed at the first setup of WORLD,
      * which nothing guarantees to come after it. */
@@ -416,7 +469,7 @@ int main(int argc, char **argv)
                 MAX_RANKS);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    block = (wsize + virtual_servers - 1) / virtual_servers;
+    find_servers();
 
     test_world_activation();
     test_partial_activation();
