@@ -97,12 +97,13 @@ dir() { echo "$state_root/$name"; }
 server_pid() { cat "$(dir)/s$1.pid"; }
 is_up() { [[ -f $(dir)/layout ]] && kill -0 "$(cat "$(dir)/hub.pid")" 2>/dev/null; }
 
-# with_lock CMD...: one up/down at a time per cluster (two runs may
-# overlap; each makes its own cluster unless told to share one by name).
+# with_lock CMD...: one up or down at a time on the machine, each a
+# second or less (runs may overlap; each makes a cluster of its own unless
+# told to share one by name).
 with_lock() {
     mkdir -p "$state_root"
     chmod 0700 "$state_root"
-    exec {lock_fd}>"$state_root/$name.lock"
+    exec {lock_fd}>"$state_root/.lock"
     flock "$lock_fd"
     "$@"
     flock -u "$lock_fd"
@@ -129,9 +130,10 @@ check() {
 
 # holder FILE WATCH UNSHARE-ARGS... -- SETUP: starts a process in new
 # namespaces that runs SETUP, writes its pid to FILE and then waits: for
-# ever when WATCH is 0, else until process WATCH is gone. It is in a
-# session of its own so that a terminal's or CTest's signals reach only
-# what runs inside, not the cluster's frame.
+# ever when WATCH is 0, else until process WATCH is gone (a run killed
+# with SIGKILL, say): then it kills whatever still runs in its network
+# namespace and removes the cluster's state. It is in a session of its own
+# so that a terminal's or CTest's signals reach only what runs inside.
 holder() {
     local file=$1 watch=$2 setup
     shift 2
@@ -139,7 +141,13 @@ holder() {
     while [[ $1 != -- ]]; do args+=("$1"); shift; done
     setup=$2
     local wait_cmd='exec sleep infinity'
-    ((watch)) && wait_cmd="while kill -0 $watch 2>/dev/null; do sleep 1; done"
+    ((watch)) && wait_cmd="while kill -0 $watch 2>/dev/null; do sleep 1; done
+        me=\$(readlink /proc/\$\$/ns/net)
+        for p in /proc/[0-9]*; do
+            [ \"\$(readlink \$p/ns/net 2>/dev/null)\" = \"\$me\" ] &&
+                [ \${p#/proc/} != \$\$ ] && kill -9 \${p#/proc/} 2>/dev/null
+        done
+        rm -rf '$(dir)'"
     setsid unshare "${args[@]}" sh -c "$setup && echo \$\$ >'$file.tmp' &&
         mv '$file.tmp' '$file' && exec 0<&- 1>&- 2>&- && $wait_cmd" \
         </dev/null >/dev/null 2>&1 &
@@ -269,8 +277,9 @@ cmd_status() {
 }
 
 # Lines that fail a run: UCX's own errors and warnings (e.g. an endpoint
-# flushed towards a peer that has gone) and libzcopy's.
-readonly BAD_LINES='UCX +(ERROR|WARN)|\[zcopy:[0-9]+\] [a-z]+ (error|warning)'
+# flushed towards a peer that has gone), libzcopy's, Open MPI's warning
+# messages, and vader's failed single copies.
+readonly BAD_LINES='UCX +(ERROR|WARN)|\[zcopy:[0-9]+\] [a-z]+ (error|warning)|^ *WARNING:|Read -?[0-9]+, expected [0-9]+'
 
 cmd_run() {
     (($# >= 2)) || die "run needs a LAYOUT and a program"
@@ -285,7 +294,7 @@ cmd_run() {
     fi
     n=${#ranks[@]}
     if ((own)); then
-        trap 'with_lock down_locked; rm -f "$state_root/$name.lock"' EXIT
+        trap 'with_lock down_locked' EXIT
         trap 'exit 130' INT TERM
         with_lock up_locked $$
     else

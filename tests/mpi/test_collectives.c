@@ -24,6 +24,10 @@
  *   - data between servers moves through UCX: at the end of the WORLD and
  *     dup phases, every collective that ran zero-copy with data to move
  *     must have counted ucx_bytes (summed over its calls and all ranks).
+ *   - data inside a server moves through mappings: when a server holds
+ *     several ranks (by host name, cut into coll_zcopy_virtual_servers
+ *     blocks), WORLD's collectives must have counted ipc_bytes too, unless
+ *     coll_zcopy_transport=ucx sends everything through UCX.
  *
  * Inputs are a hash of (call number, source rank, block, index), so every
  * rank knows every rank's input and checks its results without any extra
@@ -1559,6 +1563,54 @@ static void run_subset(phase_t *ph)
     run_case(ph, C_BARRIER, NULL, NULL, 0, -1, false);
 }
 
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+
+    return v && *v ? atoi(v) : dflt;
+}
+
+/* Whether some server holds several ranks of WORLD, as zcopy sees servers:
+ * a host, cut into coll_zcopy_virtual_servers blocks of local ranks. */
+static bool a_server_holds_several(void)
+{
+    const int vs = env_int("OMPI_MCA_coll_zcopy_virtual_servers", 1);
+    const int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    const int local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    const int block = (local_size + vs - 1) / (vs > 0 ? vs : 1);
+    int wrank, key, mine, most;
+    MPI_Comm host, server;
+
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, wrank,
+                        MPI_INFO_NULL, &host);
+    key = block > 0 ? local / block : 0;
+    MPI_Comm_split(host, key, wrank, &server);
+    MPI_Comm_size(server, &mine);
+    MPI_Allreduce(&mine, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Comm_free(&server);
+    MPI_Comm_free(&host);
+    return most > 1;
+}
+
+/* WORLD's phase on a job that spans servers: mappings carried the part
+ * inside servers (summed over all calls and ranks). */
+static void check_mapped_inside(const MPIX_Zcopy_stats *before)
+{
+    const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
+    MPIX_Zcopy_stats after = zt_stats(MPI_COMM_WORLD);
+    unsigned long long mine = after.ipc_bytes - before->ipc_bytes, all;
+    bool several = a_server_holds_several();
+
+    MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                  MPI_COMM_WORLD);
+    if (transport && strcmp(transport, "ucx") == 0)
+        return;
+    ZT_CHECK((all > 0) == several, "phase world (spans servers): %llu bytes "
+             "through mappings, yet %s server holds several ranks", all,
+             several ? "a" : "no");
+}
+
 static void run_phase(MPI_Comm comm, const char *name, void (*body)(phase_t *))
 {
     phase_t ph;
@@ -1597,6 +1649,7 @@ static void run_splits(int wrank, int wsize)
 
 int main(int argc, char **argv)
 {
+    MPIX_Zcopy_stats world_before;
     zt_arena_t arena;
     int wrank, wsize;
     double t0;
@@ -1647,7 +1700,10 @@ int main(int argc, char **argv)
     }
 
     t0 = MPI_Wtime();
+    world_before = zt_stats(MPI_COMM_WORLD);
     run_phase(MPI_COMM_WORLD, "world", run_world);
+    if (span)
+        check_mapped_inside(&world_before);
     run_splits(wrank, wsize);
     if (wrank == 0)
         printf("test_collectives %s%s: %lu calls per rank in %.1f s\n",
