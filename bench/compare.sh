@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # compare.sh: zcopy against stock Open MPI, same binary, same activated
-# buffers. Runs zcopy_bench in both modes, interleaved (zcopy, stock, zcopy,
-# stock, ...) so that drift of the machine hits both alike, then prints per
-# collective and size the median time of each mode, their ratio, the path
-# zcopy took, and both as a fraction of a memory-bandwidth roofline.
+# buffers. Runs zcopy_bench with zcopy and with each stock component asked
+# for (the peers), interleaved (zcopy, tuned, han, zcopy, tuned, han, ...)
+# so that drift of the machine hits all alike, then prints per collective
+# and size the median time of each, the best peer and zcopy's ratio to it,
+# the path zcopy took, and both as a fraction of a memory-bandwidth
+# roofline. On one machine, or on an emulated cluster (--cluster).
 #
 # Needs bash, awk (mawk is enough), sort, mpirun; gnuplot for the charts.
 # See bench/README.md for the columns and the roofline.
@@ -30,10 +32,17 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
   --buffers KIND          activated, huge or malloc [activated]; malloc
                           measures what the component costs a job that
                           never activates memory (every call falls back)
+  --peers LIST            stock components to run against, comma-separated,
+                          from tuned, sm, han, adapt [tuned; tuned,han with
+                          --cluster]
+  --cluster LAYOUT        run on an emulated cluster (tests/cluster/, root
+                          only): SxR servers x ranks, or ranks per server
+                          (2,1,1); replaces --np
   --no-plot               no charts even when gnuplot is installed
   -h, --help              this text
-Modes: zcopy (the component on the search path) and stock (--mca coll
-^zcopy); both on the same kind of buffers (by default one activated arena).
+Modes: zcopy (the component on the search path) and each peer (--mca coll
+^zcopy, and the peer's priority raised to 100 but for tuned, Open MPI's
+default); all on the same kind of buffers (by default one activated arena).
 Writes per-run CSVs and logs, rows.tsv, summary.md, summary.csv and
 busbw-<collective>.png into the output directory.
 EOF
@@ -46,7 +55,7 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 
 colls=all minb=16 maxb=64M factor=4 dtype=int32 op=sum iters=20 warmup=5
 reps=5 nps=2 build=./build bench='' out='' mpirun_args='' plot=1
-buffers=activated
+buffers=activated peers='' cluster=''
 extra=()
 while (($#)); do
     case $1 in
@@ -65,6 +74,8 @@ while (($#)); do
     --out) out=$2; shift ;;
     --mpirun-args) mpirun_args=$2; shift ;;
     --buffers) buffers=$2; shift ;;
+    --peers) peers=$2; shift ;;
+    --cluster) cluster=$2; shift ;;
     --no-plot) plot=0 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
@@ -77,6 +88,21 @@ done
 [[ $buffers =~ ^(activated|huge|malloc)$ ]] ||
     die "--buffers is activated, huge or malloc"
 [[ $nps =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --np list: $nps"
+peers=${peers:-$([[ -n $cluster ]] && echo tuned,han || echo tuned)}
+[[ $peers =~ ^(tuned|sm|han|adapt)(,(tuned|sm|han|adapt))*$ ]] ||
+    die "--peers: a comma-separated list of tuned, sm, han, adapt"
+IFS=, read -r -a peer_list <<<"$peers"
+cluster_sh=$here/../tests/cluster/cluster.sh
+if [[ -n $cluster ]]; then
+    [[ $cluster =~ ^([1-9][0-9]*x[1-9][0-9]*|[1-9][0-9]*(,[1-9][0-9]*)+)$ ]] ||
+        die "--cluster: SxR (e.g. 2x2) or ranks per server (e.g. 2,1,1)"
+    if [[ $cluster == *x* ]]; then
+        nps=$((${cluster%x*} * ${cluster#*x}))
+    else
+        nps=$(tr , '\n' <<<"$cluster" | awk '{ n += $1 } END { print n }')
+    fi
+    "$cluster_sh" check || die "--cluster: no emulated cluster on this machine"
+fi
 bench=${bench:-$build/bench/zcopy_bench}
 [[ -x $bench ]] || die "no $bench: build first (cmake --build $build)"
 components=$build/components
@@ -93,15 +119,43 @@ fi
 # ---------------------------------------------------------------------------
 # Runs
 
+# The MCA arguments of a mode: zcopy as installed or built, or a stock
+# component without zcopy (tuned wins by its default priority).
+mode_mca() {
+    case $1 in
+    zcopy) ;;
+    tuned) echo "--mca coll ^zcopy" ;;
+    *) echo "--mca coll ^zcopy --mca coll_$1_priority 100" ;;
+    esac
+}
+
+# One cluster for every run of a --cluster comparison (set up once; its
+# CPUs and addresses stay the same throughout), removed at exit.
+cluster_name=''
+if [[ -n $cluster ]]; then
+    cluster_name=zcb$$
+    trap '"$cluster_sh" --name "$cluster_name" down' EXIT
+    "$cluster_sh" --name "$cluster_name" up "$cluster" >&2
+fi
+
+# launch NP ARGS...: mpirun here, or from the cluster's first server.
+launch() {
+    local np=$1
+    shift
+    if [[ -n $cluster ]]; then
+        "$cluster_sh" --name "$cluster_name" --quiet run "$cluster" "$@"
+    else
+        mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"
+    fi
+}
+
 # run_one NP MODE REP: one mpirun; the CSV holds the collectives and the
 # memcpy rows of the roofline, measured in the same job.
 run_one() {
     local np=$1 mode=$2 rep=$3 name="np$1-$2-rep$3" rc=0
-    local -a mca=()
-    [[ $mode == stock ]] && mca=(--mca coll ^zcopy)
-    # shellcheck disable=SC2086 # mpirun_args is split on purpose
+    # shellcheck disable=SC2086 # mode_mca and mpirun_args split on purpose
     OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$components" \
-        mpirun --allow-run-as-root --oversubscribe -np "$np" "${mca[@]}" \
+        launch "$np" $(mode_mca "$mode") \
         $mpirun_args "$bench" -c "$colls,memcpy" -b "$minb" -e "$maxb" \
         -f "$factor" -t "$dtype" -o "$op" -n "$iters" -w "$warmup" \
         --buffers "$buffers" --no-progress --csv "$out/$name.csv" \
@@ -114,10 +168,11 @@ run_one() {
 }
 
 IFS=, read -r -a np_list <<<"$nps"
-total=$((${#np_list[@]} * reps * 2)) done_runs=0 started=$SECONDS
+modes=(zcopy "${peer_list[@]}")
+total=$((${#np_list[@]} * reps * ${#modes[@]})) done_runs=0 started=$SECONDS
 for np in "${np_list[@]}"; do
     for ((rep = 1; rep <= reps; rep++)); do
-        for mode in zcopy stock; do
+        for mode in "${modes[@]}"; do
             done_runs=$((done_runs + 1))
             printf '[%d/%d] np %d %-5s rep %d/%d (%ds elapsed)\n' \
                 "$done_runs" "$total" "$np" "$mode" "$rep" "$reps" \
@@ -186,10 +241,11 @@ awk -F'\t' -v OFS='\t' '
 # share T / 2n at once: the roofline is the time of that memcpy. (BW comes
 # from the largest measured memcpy size not above the share.) For allreduce
 # the share is S: the time of every rank copying its own S bytes at once.
-awk -F'\t' -v OFS='\t' -v order="$colls" '
+awk -F'\t' -v OFS='\t' -v order="$colls" -v peers="$peers" '
     BEGIN {
         nc = split(order, names, ",")
         for (i = 1; i <= nc; i++) rank_of[names[i]] = i
+        np_ = split(peers, peer, ",")
     }
     function traffic(c, s, n) {
         if (c == "allreduce" || c == "alltoall") return 2 * n * s
@@ -226,28 +282,37 @@ awk -F'\t' -v OFS='\t' -v order="$colls" '
             T = traffic(f[2], f[3], f[1])
             rate = memcpy_rate(f[1], T / (2 * f[1]))
             roof = rate > 0 && T > 0 ? T / (2 * rate) : 0
-            z = time[ids[i], "zcopy"]; s = time[ids[i], "stock"]
-            print f[1], rank_of[f[2]] + 0, f[2], f[3], z, s,
-                  (z > 0 ? s / z : 0), path[ids[i], "zcopy"], roof,
-                  (z > 0 ? roof / z : 0), (s > 0 ? roof / s : 0),
-                  bw[ids[i], "zcopy"], bw[ids[i], "stock"],
+            z = time[ids[i], "zcopy"]
+            best = ""; b = 0; times = ""
+            for (j = 1; j <= np_; j++) {
+                t = time[ids[i], peer[j]] + 0
+                times = times OFS t
+                if (t > 0 && (b == 0 || t < b)) { b = t; best = peer[j] }
+            }
+            print f[1], rank_of[f[2]] + 0, f[2], f[3], z times, best, b,
+                  (z > 0 ? b / z : 0), path[ids[i], "zcopy"], roof,
+                  (z > 0 ? roof / z : 0), (b > 0 ? roof / b : 0),
+                  bw[ids[i], "zcopy"], bw[ids[i], best],
                   (roof > 0 ? bw[ids[i], "zcopy"] * z / roof : 0), err[ids[i]]
         }
     }' "$out/medians.tsv" |
     sort -t "$(printf '\t')" -k1,1n -k2,2n -k4,4n |
     cut -f1,3- >"$out/summary.tsv"
-# summary.tsv: np, collective, bytes, zcopy_us, stock_us, stock/zcopy,
-# zcopy path, roofline_us, zcopy roof fraction, stock roof fraction,
-# zcopy busbw, stock busbw, roofline busbw, errors
+# summary.tsv: np, collective, bytes, zcopy_us, one <peer>_us per peer,
+# best peer, best_us, best/zcopy, zcopy path, roofline_us, zcopy roof
+# fraction, best roof fraction, zcopy busbw, best busbw, roofline busbw,
+# errors
 
 {
-    echo "np,collective,bytes,zcopy_us,stock_us,stock_over_zcopy,zcopy_path,roofline_us,zcopy_roof_fraction,stock_roof_fraction,zcopy_busbw_GBps,stock_busbw_GBps,roofline_busbw_GBps,errors"
+    printf 'np,collective,bytes,zcopy_us'
+    for p in "${peer_list[@]}"; do printf ',%s_us' "$p"; done
+    echo ",best_peer,best_us,best_over_zcopy,zcopy_path,roofline_us,zcopy_roof_fraction,best_roof_fraction,zcopy_busbw_GBps,best_busbw_GBps,roofline_busbw_GBps,errors"
     tr '\t' , <"$out/summary.tsv"
 } >"$out/summary.csv"
 
 # The table: aligned text on stdout, markdown in summary.md.
 table() {
-    awk -F'\t' -v md="$1" '
+    awk -F'\t' -v md="$1" -v peers="$peers" '
         function human(b,   u, i) {
             split("K M G T", u, " ")
             for (i = 0; b >= 1024 && b % 1024 == 0 && i < 4; i++) b /= 1024
@@ -255,23 +320,48 @@ table() {
         }
         function num(v, fmt) { return v > 0 ? sprintf(fmt, v) : "-" }
         function pct(v) { return v > 0 ? sprintf("%.0f%%", 100 * v) : "-" }
-        function row(a, b, c, d, e, g, h, i, j, k, l) {
-            if (md)
-                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-                       a, b, c, d, e, g, h, i, j, k, l
-            else
-                printf "%-3s %-20s %6s %10s %10s %11s %11s %11s %11s %6s  %s\n",
-                       a, b, c, d, e, g, i, j, k, l, h
+        # cell[1..nf], printed as a markdown row or aligned text; the path
+        # (cell[pathc]) goes last in the text form, being the widest.
+        function row(   i, line) {
+            line = ""
+            if (md) {
+                for (i = 1; i <= nf; i++) line = line "| " cell[i] " "
+                print line "|"
+                return
+            }
+            for (i = 1; i <= nf; i++)
+                if (i != pathc)
+                    line = line sprintf(i == 2 ? "%-20s " : i == 1 ? "%-3s " : "%10s ", cell[i])
+            print line " " cell[pathc]
         }
         BEGIN {
-            row("np", "collective", "size", "zcopy us", "stock us",
-                "stock/zcopy", "path (zcopy runs)", "roofline us",
-                "zcopy %roof", "stock %roof", "errors")
-            if (md) print "|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"
+            np_ = split(peers, peer, ",")
+            nf = 0
+            cell[++nf] = "np"; cell[++nf] = "collective"; cell[++nf] = "size"
+            cell[++nf] = "zcopy us"
+            for (j = 1; j <= np_; j++) cell[++nf] = peer[j] " us"
+            cell[++nf] = "best"; cell[++nf] = "best/zcopy"
+            cell[++nf] = "path (zcopy runs)"; pathc = nf
+            cell[++nf] = "roofline us"; cell[++nf] = "zcopy %roof"
+            cell[++nf] = "best %roof"; cell[++nf] = "errors"
+            row()
+            if (md) {
+                line = "|---|---|"
+                for (i = 3; i <= nf; i++) line = line (i == pathc ? "---|" : "--:|")
+                print line
+            }
         }
         {
-            row($1, $2, human($3), num($4, "%.2f"), num($5, "%.2f"),
-                num($6, "%.2f"), $7, num($8, "%.2f"), pct($9), pct($10), $14)
+            nf = 0; k = 4
+            cell[++nf] = $1; cell[++nf] = $2; cell[++nf] = human($3)
+            cell[++nf] = num($4, "%.2f")
+            for (j = 1; j <= np_; j++) cell[++nf] = num($(k + j), "%.2f")
+            k += np_
+            cell[++nf] = $(k + 1); cell[++nf] = num($(k + 3), "%.2f")
+            cell[++nf] = $(k + 4); pathc = nf
+            cell[++nf] = num($(k + 5), "%.2f"); cell[++nf] = pct($(k + 6))
+            cell[++nf] = pct($(k + 7)); cell[++nf] = $(k + 11)
+            row()
         }' "$out/summary.tsv"
 }
 
@@ -282,19 +372,22 @@ memcpy_table() {
 }
 
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
+where="np $nps"
+[[ -n $cluster ]] && where="an emulated cluster of $cluster (servers x ranks or ranks per server, tests/cluster/: tcp between servers on one machine), np $nps"
 {
-    echo "# zcopy against stock Open MPI"
+    echo "# zcopy against stock Open MPI (${peers//,/, })"
     echo
     echo "$(date '+%Y-%m-%d %H:%M:%S'), $(uname -n), $ompi_version," \
-         "$(nproc) cores; np $nps, $reps runs per mode (interleaved)," \
+         "$(nproc) cores; $where, $reps runs per mode (interleaved)," \
          "sizes $minb..$maxb x$factor, $dtype $op, $iters iterations" \
          "($warmup warm-up), $buffers buffers${extra[*]:+, extra: ${extra[*]}}."
     echo
     echo "Times are medians over the runs of each run's median iteration" \
-         "(an iteration lasts as long as its slowest rank). stock/zcopy > 1:" \
-         "zcopy is faster. %roof: the roofline time as a percentage of the" \
-         "measured time (100% = moving the minimum bytes at the aggregate" \
-         "memcpy bandwidth of all ranks). See bench/README.md."
+         "(an iteration lasts as long as its slowest rank). best: the peer" \
+         "with the lowest median; best/zcopy > 1: zcopy is faster than every" \
+         "peer. %roof: the roofline time as a percentage of the measured" \
+         "time (100% = moving the minimum bytes at the aggregate memcpy" \
+         "bandwidth of all ranks). See bench/README.md."
     echo
     table 1
     echo
@@ -320,37 +413,46 @@ plot_charts() {
     for coll in "${coll_list[@]}"; do
         [[ $coll == barrier ]] && continue # no bandwidth to draw
         dat="$out/busbw-$coll.dat"
-        awk -F'\t' -v coll="$coll" -v nps="$nps" '
+        awk -F'\t' -v OFS='\t' -v coll="$coll" -v nps="$nps" -v peers="$peers" '
             function human(b,   u, i) {
                 split("K M G T", u, " ")
                 for (i = 0; b >= 1024 && b % 1024 == 0 && i < 4; i++) b /= 1024
                 return i ? b u[i] : b
             }
             function v(x) { return x > 0 ? x : "?" }
-            BEGIN { nn = split(nps, np, ",") }
-            $2 == coll {
+            BEGIN { nn = split(nps, np, ","); npe = split(peers, peer, ",") }
+            # medians.tsv: np, collective, bytes, mode, time, busbw, ...
+            FILENAME ~ /medians/ && $2 == coll && $4 != "any" {
                 if (!($3 in seen)) { seen[$3] = 1; sizes[++ns] = $3 }
-                z[$3, $1] = $11; s[$3, $1] = $12; r[$3, $1] = $13
+                bw[$3, $1, $4] = $6
             }
+            # the roofline busbw comes from summary.tsv
+            FILENAME ~ /summary/ && $2 == coll { r[$3, $1] = $(NF - 1) }
             END {
                 printf "bytes\tlabel"
-                for (j = 1; j <= nn; j++)
-                    printf "\tzcopy np%s\tstock np%s\troofline np%s",
-                           np[j], np[j], np[j]
+                for (j = 1; j <= nn; j++) {
+                    printf "\tzcopy np%s", np[j]
+                    for (k = 1; k <= npe; k++) printf "\t%s np%s", peer[k], np[j]
+                    printf "\troofline np%s", np[j]
+                }
                 printf "\n"
                 for (i = 1; i <= ns; i++) {
                     b = sizes[i]
                     printf "%s\t%s", b, human(b)
-                    for (j = 1; j <= nn; j++)
-                        printf "\t%s\t%s\t%s", v(z[b, np[j]]), v(s[b, np[j]]),
-                               v(r[b, np[j]])
+                    for (j = 1; j <= nn; j++) {
+                        printf "\t%s", v(bw[b, np[j], "zcopy"])
+                        for (k = 1; k <= npe; k++)
+                            printf "\t%s", v(bw[b, np[j], peer[k]])
+                        printf "\t%s", v(r[b, np[j]])
+                    }
                     printf "\n"
                 }
-            }' "$out/summary.tsv" >"$dat"
+            }' "$out/medians.tsv" "$out/summary.tsv" >"$dat"
         ncol=$(head -n 1 "$dat" | awk -F'\t' '{ print NF }')
         gnuplot -e "datafile='$dat'; outfile='$out/busbw-$coll.png';" \
                 -e "chart_title='$coll: bus bandwidth'; ncol=$ncol;" \
-                -e "term='$term'" "$here/plot.gp" ||
+                -e "nseries=$((${#peer_list[@]} + 2)); term='$term'" \
+                "$here/plot.gp" ||
             echo "compare.sh: gnuplot failed for $coll" >&2
     done
     echo

@@ -3,7 +3,7 @@
 #           -e "chart_title='allreduce'; ncol=5; term='pngcairo'" plot.gp
 # datafile: tab-separated with a header row; column 1 the size in bytes,
 # column 2 its label, then one column per series (busbw in GB/s, "?" where
-# there is no value), three per process count: zcopy, stock, roofline.
+# there is no value), nseries per process count: zcopy, each peer, roofline.
 if (!exists("term")) term = "png"
 if (!exists("chart_title")) chart_title = datafile
 eval sprintf("set terminal %s size 960,600", term)
@@ -21,9 +21,13 @@ set grid xtics ytics mytics
 set key top left noenhanced
 set pointsize 0.8
 
-# Colour by mode (zcopy, stock, roofline), dash pattern by process count.
-mode(i) = (i - 3) % 3
-npidx(i) = (i - 3) / 3
+# Colour by mode (zcopy, each peer, the roofline last in grey), dash
+# pattern by process count; nseries modes per process count.
+if (!exists("nseries")) nseries = 3
+mode(i) = (i - 3) % nseries
+npidx(i) = (i - 3) / nseries
+colour(k) = k == nseries - 1 ? "#7f7f7f" : \
+            word("#1f77b4 #d62728 #2ca02c #ff7f0e #9467bd #8c564b", k + 1)
 plot for [i = 3:ncol] datafile using 1:i title columnheader(i) \
      with linespoints lw 2 pt (mode(i) + 5) \
-     lc rgb word("#1f77b4 #d62728 #7f7f7f", mode(i) + 1) dt npidx(i) + 1
+     lc rgb colour(mode(i)) dt npidx(i) + 1

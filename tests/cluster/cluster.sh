@@ -38,14 +38,14 @@ e.g. 2x1, 2x2, 2,1,1. Servers get their own CPUs where the machine has at
 least one per server (ranks then share their server's CPUs); with more
 servers than CPUs every rank may run anywhere. When ranks outnumber the
 CPUs they may use, run asks Open MPI to yield (mpi_yield_when_idle 1).
-Environment: ZCOPY_CLUSTER_STATE [/run/zcopy-cluster] holds the state.
+Environment: CLUSTER_STATE [/run/emulated-cluster] holds the state.
 EOF
 }
 
 die() { echo "cluster.sh: $*" >&2; exit 2; }
 skip() { echo "cluster.sh: SKIP: $*" >&2; exit "$SKIP"; }
 
-state_root=${ZCOPY_CLUSTER_STATE:-/run/zcopy-cluster}
+state_root=${CLUSTER_STATE:-/run/emulated-cluster}
 name='' quiet=0
 
 # --- layout -----------------------------------------------------------------
@@ -185,7 +185,7 @@ up_locked() {
         # segments and use shared memory between the servers).
         holder "$d/s$i.pid" "$watch" --net --uts --ipc --mount \
             --propagation private -- \
-            "mount -t tmpfs -o mode=1777 zcopy-shm /dev/shm &&
+            "mount -t tmpfs -o mode=1777 cluster-shm /dev/shm &&
              mount --bind '$d/hosts' /etc/hosts && hostname '$host' &&
              ip link set lo up"
         spid=$(cat "$d/s$i.pid")
@@ -320,7 +320,7 @@ cmd_run() {
         --mca oob_tcp_if_include "$SUBNET.0/24"
         --mca btl_tcp_if_include "$SUBNET.0/24"
         --mca mpi_yield_when_idle "$yield")
-    log=$(mktemp -t zcopy-cluster.XXXXXX)
+    log=$(mktemp -t cluster-run.XXXXXX)
     ((quiet)) || echo "cluster.sh: $n servers (${ranks[*]} ranks), $name-s0: ${mpirun[*]} $*" >&2
     # mpirun on server 0, on its CPUs; the agent places the rest.
     cpus=$(cat "$d/s0.cpus")

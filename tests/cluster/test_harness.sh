@@ -7,7 +7,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cluster=$here/cluster.sh
-export ZCOPY_CLUSTER_STATE=${ZCOPY_CLUSTER_STATE:-/run/zcopy-cluster}
+export CLUSTER_STATE=${CLUSTER_STATE:-/run/emulated-cluster}
 failures=0
 
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -43,10 +43,10 @@ fi
 name=zct$$
 "$cluster" --name "$name" up 2x1 >/dev/null || fail "up 2x1"
 "$cluster" --name "$name" up 2x1 >/dev/null || fail "up again (idempotent)"
-"$cluster" --name "$name" exec 0 touch /dev/shm/zcopy-cluster-probe
-if "$cluster" --name "$name" exec 1 test ! -e /dev/shm/zcopy-cluster-probe &&
-   [[ ! -e /dev/shm/zcopy-cluster-probe ]] &&
-   "$cluster" --name "$name" exec 0 test -e /dev/shm/zcopy-cluster-probe; then
+"$cluster" --name "$name" exec 0 touch /dev/shm/cluster-probe
+if "$cluster" --name "$name" exec 1 test ! -e /dev/shm/cluster-probe &&
+   [[ ! -e /dev/shm/cluster-probe ]] &&
+   "$cluster" --name "$name" exec 0 test -e /dev/shm/cluster-probe; then
     pass "/dev/shm is private to each server"
 else
     fail "/dev/shm is shared between servers"
@@ -70,7 +70,7 @@ else
     fail "addresses on the cluster's link"
 fi
 "$cluster" --name "$name" down
-[[ ! -e $ZCOPY_CLUSTER_STATE/$name ]] || fail "down left $ZCOPY_CLUSTER_STATE/$name"
+[[ ! -e $CLUSTER_STATE/$name ]] || fail "down left $CLUSTER_STATE/$name"
 
 # 3. Two runs at once, each on a cluster of its own.
 "$cluster" --quiet run 2x1 sh -c 'sleep 2; hostname' >/tmp/zct$$.a 2>&1 &
@@ -117,8 +117,8 @@ fi
 if (($(leftover) > before)); then
     fail "left behind: $(foreign_procs)"
 fi
-left=$(find "$ZCOPY_CLUSTER_STATE" -mindepth 1 -maxdepth 1 -name 'zc*' 2>/dev/null | wc -l)
-((left == 0)) || fail "state left in $ZCOPY_CLUSTER_STATE: $(ls "$ZCOPY_CLUSTER_STATE")"
+left=$(find "$CLUSTER_STATE" -mindepth 1 -maxdepth 1 -name 'zc*' 2>/dev/null | wc -l)
+((left == 0)) || fail "state left in $CLUSTER_STATE: $(ls "$CLUSTER_STATE")"
 if command -v ip >/dev/null && [[ -n $(ip netns list 2>/dev/null) ]]; then
     fail "ip netns lists: $(ip netns list)"
 fi
