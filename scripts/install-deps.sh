@@ -12,6 +12,7 @@ packages=(
   cmake gcc libc6-dev make pkg-config  # build (cmake >= 3.25: workflow presets)
   valgrind                     # memory checks in the test suite
   gnuplot-nox                  # bench plots
+  iproute2 util-linux          # the emulated cluster (ip; unshare, nsenter, taskset)
 )
 
 missing=()
