@@ -27,6 +27,7 @@ typedef struct {
     int yield;                    /* coll_zcopy_yield */
     int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
     int wait_report;              /* coll_zcopy_wait_report, seconds */
+    int peer_access;              /* coll_zcopy_peer_access (zcopy_ipc_access_t) */
 } mca_coll_zcopy_component_t;
 
 OMPI_MODULE_DECLSPEC extern mca_coll_zcopy_component_t mca_coll_zcopy_component;

@@ -14,6 +14,7 @@
 #include "opal/util/output.h"
 
 #include "coll/coll.h"
+#include "ipc/ipc.h"
 
 static int zcopy_register(void);
 static int zcopy_init_query(bool enable_progress_threads,
@@ -42,6 +43,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
+    .peer_access = ZCOPY_IPC_ACCESS_AUTO,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -96,6 +98,31 @@ static void zcopy_register_transport(mca_coll_zcopy_component_t *c)
     OBJ_RELEASE(e);
 }
 
+static void zcopy_register_peer_access(mca_coll_zcopy_component_t *c)
+{
+    static const mca_base_var_enum_value_t values[] = {
+        { ZCOPY_IPC_ACCESS_AUTO, "auto" },
+        { ZCOPY_IPC_ACCESS_PIDFD, "pidfd" },
+        { ZCOPY_IPC_ACCESS_SOCKET, "socket" },
+        { 0, NULL },
+    };
+    mca_base_var_enum_t *e = NULL;
+
+    if (mca_base_var_enum_create("coll_zcopy_peer_access", values, &e) !=
+        OPAL_SUCCESS)
+        return;
+    (void)mca_base_component_var_register(
+        &c->super.collm_version, "peer_access",
+        "How a rank gets the memory descriptors of the ranks of its server: "
+        "auto uses pidfd_getfd where the kernel allows it and the owner's "
+        "UNIX socket where it is refused (containers' seccomp profiles, "
+        "Yama ptrace_scope 1), chosen once per server; pidfd and socket "
+        "force one",
+        MCA_BASE_VAR_TYPE_INT, e, 0, 0, OPAL_INFO_LVL_6,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->peer_access);
+    OBJ_RELEASE(e);
+}
+
 static int zcopy_register(void)
 {
     mca_coll_zcopy_component_t *c = &mca_coll_zcopy_component;
@@ -136,6 +163,7 @@ static int zcopy_register(void)
         "(it keeps waiting, as MPI does); 0 never reports",
         OPAL_INFO_LVL_9, &c->wait_report);
     zcopy_register_transport(c);
+    zcopy_register_peer_access(c);
 
     /* libzcopy reads these from its own process-wide configuration. */
     zcopy_config.verbose = c->verbose > zcopy_config.verbose
@@ -144,6 +172,7 @@ static int zcopy_register(void)
     zcopy_config.small_msg = c->small_msg;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;
+    zcopy_config.peer_access = c->peer_access;
     zcopy_config.wait_report_s = c->wait_report > 0 ? c->wait_report : 0;
     mca_coll_zcopy_install_host();
 

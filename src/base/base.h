@@ -68,6 +68,7 @@ typedef struct {
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
     int transport;             /* zcopy_transport_t: how peers are reached */
     int wait_report_s;         /* report a peer awaited this long (0: never) */
+    int peer_access;           /* zcopy_ipc_access_t: 0 auto, 1 pidfd, 2 socket */
 } zcopy_config_t;
 
 /* coll_zcopy_transport: auto maps peers inside a server and uses UCX
@@ -82,6 +83,12 @@ typedef enum {
 extern zcopy_config_t zcopy_config;
 
 void zcopy_config_from_env(void);
+
+/* Seals the size of a memfd that peers will map (created with
+ * MFD_ALLOW_SEALING, already at its final size): a peer holding the fd
+ * can then neither shrink it, which would make the owner take SIGBUS on
+ * its own pages, nor grow it, nor add seals of its own. */
+int zcopy_memfd_seal_size(int fd);
 
 /* Makes room for one more element after @count in a realloc'ed array of
  * *@capacity elements (doubling it when full); false when out of memory. */

@@ -25,6 +25,8 @@ static int env_int(const char *name, int dflt)
 __attribute__((constructor)) void zcopy_config_from_env(void)
 {
     zcopy_config.verbose = env_int("ZCOPY_VERBOSE", zcopy_config.verbose);
+    zcopy_config.peer_access = env_int("ZCOPY_PEER_ACCESS",
+                                       zcopy_config.peer_access);
 }
 
 ZCOPY_COMPONENT_API void zcopy_log_emit(int level, const char *subsys, const char *file, int line,

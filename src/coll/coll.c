@@ -228,6 +228,7 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 ZCOPY_COMPONENT_API int zcopy_coll_progress(void)
 {
     zcopy_ipc_sweep_try();
+    zcopy_ipc_fdpass_serve(false);
     return (int)zcopy_ucx_progress();
 }
 

@@ -28,9 +28,11 @@ typedef struct {
     int32_t segment_fd;           /* rank 0: the control segment */
     int32_t status;
     uint64_t segment_ino;
+    uint32_t access;              /* zcopy_ipc_access_local() */
+    uint32_t reserved;
     uint64_t cpus[CTL_CPU_WORDS]; /* its affinity; all zero if unknown */
 } ctl_hello_t;
-static_assert(sizeof(ctl_hello_t) == 192, "exchanged between processes");
+static_assert(sizeof(ctl_hello_t) == 200, "exchanged between processes");
 
 static inline void cpu_relax(void)
 {
@@ -177,7 +179,7 @@ static bool ranks_outnumber_cores(const ctl_hello_t *all, int rank,
 static zcopy_status_t segment_create(size_t size, int *fd_p, uint64_t *ino_p)
 {
     struct stat st;
-    int fd = memfd_create("zcopy-ctl", MFD_CLOEXEC);
+    int fd = memfd_create("zcopy-ctl", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
     if (fd < 0)
         return zcopy_error(ZCOPY_ERR_SYSTEM, "control segment: %s",
@@ -185,7 +187,8 @@ static zcopy_status_t segment_create(size_t size, int *fd_p, uint64_t *ino_p)
     /* Allocate now: ENOMEM here rather than SIGBUS inside a collective.
      * memfds are born 0777; owner-only, as all shared state (SPEC 8). */
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
-        fallocate(fd, 0, 0, (off_t)size) != 0 || fstat(fd, &st) != 0) {
+        fallocate(fd, 0, 0, (off_t)size) != 0 ||
+        zcopy_memfd_seal_size(fd) != 0 || fstat(fd, &st) != 0) {
         close(fd);
         return zcopy_error(ZCOPY_ERR_NOMEM, "control segment: %s",
                            strerror(errno));
@@ -240,7 +243,7 @@ static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
     int fd = own_fd;
 
     if (ctl->rank != 0)
-        ZCOPY_CHECK(zcopy_ipc_fetch_fd(all[0].ipc.pid, all[0].segment_fd,
+        ZCOPY_CHECK(zcopy_ipc_fetch_fd(&all[0].ipc, all[0].segment_fd,
                                        all[0].segment_ino, &fd));
     p = mmap(NULL, ctl->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
              0);
@@ -254,6 +257,19 @@ static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
         if (r != ctl->rank)
             ZCOPY_CHECK(zcopy_ipc_peer_get(&all[r].ipc, &ctl->peers[r]));
     return ZCOPY_SUCCESS;
+}
+
+/* Every rank of the server fetches descriptors the same way: the most
+ * restrictive of what each can do (sockets, if one cannot use pidfd_getfd). */
+static zcopy_status_t access_agree(const ctl_hello_t *all, int nranks,
+                                   uint64_t table_ino)
+{
+    uint32_t access = ZCOPY_IPC_ACCESS_PIDFD;
+
+    for (int r = 0; r < nranks; r++)
+        if (all[r].access > access)
+            access = all[r].access;
+    return zcopy_ipc_access_use((zcopy_ipc_access_t)access, table_ino);
 }
 
 static int first_other_server(const ctl_hello_t *all, int nranks)
@@ -302,6 +318,11 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     if (st == ZCOPY_SUCCESS && zc->rank == 0)
         st = segment_create(ctl->segment_size, &mine.segment_fd,
                             &mine.segment_ino);
+    if (mine.segment_fd >= 0) /* to the others, if over sockets */
+        zcopy_ipc_fdpass_offer(mine.segment_fd, mine.segment_ino);
+    mine.access = st == ZCOPY_SUCCESS
+                      ? (uint32_t)zcopy_ipc_access_local(mine.ipc.table_fd)
+                      : 0;
     mine.status = st;
 
     rc = zc->ops.allgather(&mine, all, sizeof(mine), zc->ops.ctx);
@@ -324,6 +345,8 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = ZCOPY_ERR_UNSUPPORTED;
         goto out;
     }
+    if (st == ZCOPY_SUCCESS)
+        st = access_agree(all, zc->size, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS) {
         ctl->yield = ranks_outnumber_cores(all, zc->rank, zc->size);
         if (zc->rank == 0)
@@ -360,8 +383,10 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     st = ZCOPY_SUCCESS;
 
 out:
-    if (mine.segment_fd >= 0)
+    if (mine.segment_fd >= 0) {
+        zcopy_ipc_fdpass_withdraw(mine.segment_fd);
         close(mine.segment_fd); /* peers fetched it; mappings keep it */
+    }
     free(all);
     if (st != ZCOPY_SUCCESS) {
         zcopy_ctl_destroy(ctl);

@@ -16,7 +16,8 @@ typedef struct {
     zcopy_topo_rank_t where;      /* which server */
     zcopy_ipc_id_t ipc;           /* how its group maps its memory */
     uint32_t address_len;         /* of its UCX worker address */
-    uint32_t reserved[3];
+    uint32_t access;              /* zcopy_ipc_access_local() */
+    uint32_t reserved[2];
 } span_hello_t;
 static_assert(sizeof(span_hello_t) == 64, "exchanged between processes");
 
@@ -130,6 +131,20 @@ static zcopy_status_t span_connect(zcopy_span_t *sp, const span_hello_t *all,
     return ZCOPY_SUCCESS;
 }
 
+/* The ranks of this rank's group fetch descriptors the same way: the most
+ * restrictive of what each can do (see control.c's access_agree). */
+static zcopy_status_t span_access_agree(const zcopy_span_t *sp,
+                                        const span_hello_t *all)
+{
+    uint32_t access = ZCOPY_IPC_ACCESS_PIDFD;
+
+    for (int r = 0; r < sp->nranks; r++)
+        if (sp->group[r] == sp->group[sp->rank] && all[r].access > access)
+            access = all[r].access;
+    return zcopy_ipc_access_use((zcopy_ipc_access_t)access,
+                                all[sp->rank].ipc.table_ino);
+}
+
 /* All ranks agree that everyone reached @st == success; else *reason.
  * Needs no memory of its own: a rank that ran out of it must still take
  * part, or the others would wait for it forever. */
@@ -172,6 +187,8 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     zcopy_topo_rank_self(&mine.where);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
+    if (st == ZCOPY_SUCCESS)
+        mine.access = (uint32_t)zcopy_ipc_access_local(mine.ipc.table_fd);
     /* UCX starts here, on the first communicator that needs it, and
      * registers the blocks activated so far. */
     if (st == ZCOPY_SUCCESS)
@@ -207,7 +224,9 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
         goto out;
     }
     span_group(sp, all);
-    st = span_connect(sp, all, addresses, stride);
+    st = span_access_agree(sp, all);
+    if (st == ZCOPY_SUCCESS)
+        st = span_connect(sp, all, addresses, stride);
     if (st != ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s", zc->rank,
                   zcopy_error_detail());

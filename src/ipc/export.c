@@ -45,13 +45,14 @@ static zcopy_status_t export_create_locked(void)
 
     if (exported.table != NULL)
         return ZCOPY_SUCCESS;
-    fd = memfd_create("zcopy-export", MFD_CLOEXEC);
+    fd = memfd_create("zcopy-export", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return zcopy_error(ZCOPY_ERR_SYSTEM, "export table: memfd_create: %s",
                            strerror(errno));
     /* memfds are born 0777; owner-only, as all shared state (SPEC 8). */
     if (fchmod(fd, 0600) != 0 ||
-        ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 || fstat(fd, &st) != 0)
+        ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 ||
+        zcopy_memfd_seal_size(fd) != 0 || fstat(fd, &st) != 0)
         goto err_close;
     p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ | PROT_WRITE,
              MAP_SHARED, fd, 0);
@@ -83,6 +84,21 @@ zcopy_status_t zcopy_ipc_local_id(zcopy_ipc_id_t *id)
     id->table_fd = exported.fd;
     id->table_ino = exported.ino;
     return ZCOPY_SUCCESS;
+}
+
+bool zcopy_ipc_export_offers(int fd, uint64_t ino)
+{
+    const zcopy_ipc_table_t *t;
+    bool found = false;
+
+    pthread_mutex_lock(&exported.lock);
+    t = exported.table;
+    if (t != NULL && fd == exported.fd && ino == exported.ino)
+        found = true;
+    for (uint32_t i = 0; t != NULL && !found && i < t->nblocks; i++)
+        found = t->entries[i].fd == fd && t->entries[i].ino == ino;
+    pthread_mutex_unlock(&exported.lock);
+    return found;
 }
 
 zcopy_status_t zcopy_ipc_export_refresh(void)

@@ -6,9 +6,11 @@
  * writes, listing its activated blocks (address, size, generation, the
  * memfd number and inode of the pages). A peer fetches the table's fd and
  * each block's fd with pidfd_getfd(2), which the kernel allows only to a
- * process with ptrace rights over the owner (same user, no Yama veto), and
- * verifies every fetched fd by inode before mapping it, so a recycled fd
- * number can never map the wrong pages.
+ * process with ptrace rights over the owner (same user, no Yama veto, no
+ * seccomp filter refusing it), or, where that is refused, asks the owner
+ * to send it over a UNIX socket (fdpass.c); it verifies every fetched fd
+ * by inode before mapping it, so a recycled fd number can never map the
+ * wrong pages.
  *
  * Mirrors. For every range of a peer, the importer reserves a mirror of the
  * same size; a block is mapped at mirror + (va - range base), so adjacent
@@ -70,9 +72,57 @@ void zcopy_ipc_sweep(void);
  * holds the peers, so it never waits and never re-enters. */
 bool zcopy_ipc_sweep_try(void);
 
-/* Fetches fd @remote_fd of process @pid and checks it is inode @ino. */
-zcopy_status_t zcopy_ipc_fetch_fd(pid_t pid, int remote_fd, uint64_t ino,
-                                  int *fd_p);
+/* --- peer access: how descriptors are fetched (access.c, fdpass.c) ---- */
+
+/* coll_zcopy_peer_access: the values of zcopy_config.peer_access. */
+typedef enum {
+    ZCOPY_IPC_ACCESS_AUTO = 0,
+    ZCOPY_IPC_ACCESS_PIDFD = 1,   /* pidfd_getfd(2): needs ptrace rights */
+    ZCOPY_IPC_ACCESS_SOCKET = 2   /* the owner sends it over a UNIX socket */
+} zcopy_ipc_access_t;
+
+/* What this process can use: the parameter, or else whether pidfd_getfd
+ * of @probe_fd (one of our descriptors) works and Yama allows siblings. */
+zcopy_ipc_access_t zcopy_ipc_access_local(int probe_fd);
+
+/* Applies a server's choice (the most restrictive of its ranks' local
+ * answers) to this process: with sockets, it serves from now on. */
+zcopy_status_t zcopy_ipc_access_use(zcopy_ipc_access_t access,
+                                    uint64_t table_ino);
+
+/* The method in use; pidfd_getfd before any set-up chose. */
+zcopy_ipc_access_t zcopy_ipc_access_current(void);
+const char *zcopy_ipc_access_name(zcopy_ipc_access_t access);
+
+/* Fetches fd @remote_fd of process @owner (through @pidfd, an open pidfd
+ * of it, or its socket) and checks it is inode @ino. */
+zcopy_status_t zcopy_ipc_fetch(const zcopy_ipc_id_t *owner, int pidfd,
+                               int remote_fd, uint64_t ino, int *fd_p);
+
+/* The same without a pidfd at hand. */
+zcopy_status_t zcopy_ipc_fetch_fd(const zcopy_ipc_id_t *owner, int remote_fd,
+                                  uint64_t ino, int *fd_p);
+
+/* Owner side of the socket path: listen (once), offer a descriptor that is
+ * not in the export table (a control segment during its set-up) and
+ * withdraw it, and answer waiting requests (at most every few tens of
+ * microseconds unless @now; never blocks). */
+zcopy_status_t zcopy_ipc_fdpass_listen(uint64_t table_ino);
+bool zcopy_ipc_fdpass_serving(void);
+void zcopy_ipc_fdpass_offer(int fd, uint64_t ino);
+void zcopy_ipc_fdpass_withdraw(int fd);
+void zcopy_ipc_fdpass_serve(bool now);
+/* Requests answered with a descriptor, and refused, so far. */
+void zcopy_ipc_fdpass_counts(uint64_t *served, uint64_t *refused);
+
+/* Importer side: asks @owner's socket for its fd @remote_fd (inode @ino),
+ * serving and progressing meanwhile; fails after a bounded time. */
+zcopy_status_t zcopy_ipc_fdpass_fetch(const zcopy_ipc_id_t *owner,
+                                      int remote_fd, uint64_t ino, int *fd_p);
+
+/* Whether fd @fd (inode @ino) is this process's export table or one of
+ * the blocks it lists: what the socket path may hand out. */
+bool zcopy_ipc_export_offers(int fd, uint64_t ino);
 
 /* Counts for leak checks: known peers, live imported blocks. */
 void zcopy_ipc_counts(size_t *npeers, size_t *nimports);

@@ -83,43 +83,38 @@ static _Atomic bool watches_overflowed; /* then every sweep takes the lock */
 
 static int sys_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
-static int sys_pidfd_getfd(int pidfd, int fd)
+/* A pidfd for fetching from @pid: -1 when descriptors come over sockets
+ * (none needed), -2 on failure. */
+static int peer_pidfd_open(pid_t pid)
 {
-    return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+    int fd;
+
+    if (zcopy_ipc_access_current() == ZCOPY_IPC_ACCESS_SOCKET)
+        return -1;
+    fd = sys_pidfd_open(pid);
+    return fd >= 0 ? fd : -2;
 }
 
-static zcopy_status_t fetch_fd(int pidfd, pid_t pid, int remote_fd,
-                               uint64_t ino, int *fd_p)
+static zcopy_ipc_id_t peer_owner(const zcopy_ipc_peer_t *peer)
 {
-    struct stat st;
-    int fd = sys_pidfd_getfd(pidfd, remote_fd);
-
-    if (fd < 0)
-        return zcopy_error(errno == EPERM ? ZCOPY_ERR_UNSUPPORTED
-                                          : ZCOPY_ERR_SYSTEM,
-                           "cannot fetch fd %d of process %d: %s", remote_fd,
-                           (int)pid, strerror(errno));
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != ino) {
-        close(fd);
-        return zcopy_error(ZCOPY_ERR_NOT_FOUND,
-                           "fd %d of process %d is no longer the memory it "
-                           "published", remote_fd, (int)pid);
-    }
-    *fd_p = fd;
-    return ZCOPY_SUCCESS;
+    return (zcopy_ipc_id_t){ .pid = peer->pid, .table_ino = peer->table_ino };
 }
 
-zcopy_status_t zcopy_ipc_fetch_fd(pid_t pid, int remote_fd, uint64_t ino,
-                                  int *fd_p)
+zcopy_status_t zcopy_ipc_fetch_fd(const zcopy_ipc_id_t *owner, int remote_fd,
+                                  uint64_t ino, int *fd_p)
 {
     zcopy_status_t st;
-    int pidfd = sys_pidfd_open(pid);
+    int pidfd = -1;
 
-    if (pidfd < 0)
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "pidfd_open(%d): %s", (int)pid,
-                           strerror(errno));
-    st = fetch_fd(pidfd, pid, remote_fd, ino, fd_p);
-    close(pidfd);
+    if (zcopy_ipc_access_current() == ZCOPY_IPC_ACCESS_PIDFD) {
+        pidfd = sys_pidfd_open(owner->pid);
+        if (pidfd < 0)
+            return zcopy_error(ZCOPY_ERR_SYSTEM, "pidfd_open(%d): %s",
+                               (int)owner->pid, strerror(errno));
+    }
+    st = zcopy_ipc_fetch(owner, pidfd, remote_fd, ino, fd_p);
+    if (pidfd >= 0)
+        close(pidfd);
     return st;
 }
 
@@ -276,10 +271,10 @@ static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
     ipc_mirror_t *m = NULL;
     ipc_import_t *grown;
     size_t at;
+    zcopy_ipc_id_t owner;
+    zcopy_status_t st;
     void *p;
     int fd;
-
-    zcopy_status_t st;
 
     /* The entry comes from another process: it must lie inside its range
      * before anything is mapped over our mirror of that range. */
@@ -298,7 +293,8 @@ static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
         goto err_mirror;
     }
     peer->imports = grown;
-    st = fetch_fd(peer->pidfd, peer->pid, e->fd, e->ino, &fd);
+    owner = peer_owner(peer);
+    st = zcopy_ipc_fetch(&owner, peer->pidfd, e->fd, e->ino, &fd);
     if (st != ZCOPY_SUCCESS)
         goto err_mirror;
     p = mmap(m->local + (e->va - e->range_base), e->size,
@@ -393,13 +389,13 @@ static zcopy_status_t peer_open(const zcopy_ipc_id_t *id,
     peer->watch = -1;
     peer->seen_seq = UINT64_MAX;
     peer->entries = malloc(ZCOPY_IPC_MAX_BLOCKS * sizeof(*peer->entries));
-    peer->pidfd = sys_pidfd_open(id->pid);
-    if (peer->entries == NULL || peer->pidfd < 0) {
+    peer->pidfd = peer_pidfd_open(id->pid);
+    if (peer->entries == NULL || peer->pidfd == -2) {
         st = zcopy_error(ZCOPY_ERR_SYSTEM, "peer %d: pidfd_open: %s",
                          (int)id->pid, strerror(errno));
         goto err;
     }
-    st = fetch_fd(peer->pidfd, id->pid, id->table_fd, id->table_ino, &fd);
+    st = zcopy_ipc_fetch(id, peer->pidfd, id->table_fd, id->table_ino, &fd);
     if (st != ZCOPY_SUCCESS)
         goto err;
     p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ, MAP_SHARED, fd, 0);
@@ -454,8 +450,8 @@ static zcopy_status_t peer_wake(zcopy_ipc_peer_t *peer)
 {
     if (peer->pidfd >= 0)
         return ZCOPY_SUCCESS;
-    peer->pidfd = sys_pidfd_open(peer->pid);
-    if (peer->pidfd < 0)
+    peer->pidfd = peer_pidfd_open(peer->pid);
+    if (peer->pidfd == -2)
         return zcopy_error(ZCOPY_ERR_SYSTEM, "peer %d: pidfd_open: %s",
                            (int)peer->pid, strerror(errno));
     return ZCOPY_SUCCESS;

@@ -102,7 +102,7 @@ static int host_fallocate_on_node(int fd, size_t size, int node)
 zcopy_status_t zcopy_mem_host_create(struct zcopy_mem_handle *h, size_t size,
                                      const zcopy_mem_prop_t *prop)
 {
-    unsigned mfd_flags = MFD_CLOEXEC;
+    unsigned mfd_flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
     struct stat st;
     int fd;
 
@@ -131,8 +131,23 @@ zcopy_status_t zcopy_mem_host_create(struct zcopy_mem_handle *h, size_t size,
             return zcopy_error(ZCOPY_ERR_NOMEM,
                                "cannot allocate %zu bytes (NUMA node %d)",
                                size, prop->device);
+        /* A container without CAP_SYS_NICE (Docker's default seccomp
+         * profile) refuses memory policies: no placement here, but
+         * device -1 still works. */
+        if (err == EPERM && prop->device >= 0)
+            return zcopy_error(ZCOPY_ERR_UNSUPPORTED,
+                               "cannot place memory on NUMA node %d: "
+                               "set_mempolicy is refused here (a container "
+                               "without CAP_SYS_NICE?); use device -1",
+                               prop->device);
         return zcopy_error(ZCOPY_ERR_SYSTEM,
                            "allocating %zu bytes of memfd failed: %s", size,
+                           strerror(err));
+    }
+    if (zcopy_memfd_seal_size(fd) != 0) {
+        int err = errno;
+        close(fd);
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "sealing the memfd failed: %s",
                            strerror(err));
     }
     if (fstat(fd, &st) != 0) {
