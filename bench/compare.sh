@@ -92,6 +92,8 @@ peers=${peers:-$([[ -n $cluster ]] && echo tuned,han || echo tuned)}
 [[ $peers =~ ^(tuned|sm|han|adapt)(,(tuned|sm|han|adapt))*$ ]] ||
     die "--peers: a comma-separated list of tuned, sm, han, adapt"
 IFS=, read -r -a peer_list <<<"$peers"
+[[ $(printf '%s\n' "${peer_list[@]}" | sort -u | wc -l) -eq ${#peer_list[@]} ]] ||
+    die "--peers: each peer once"
 cluster_sh=$here/../tests/cluster/cluster.sh
 if [[ -n $cluster ]]; then
     [[ $cluster =~ ^([1-9][0-9]*x[1-9][0-9]*|[1-9][0-9]*(,[1-9][0-9]*)+)$ ]] ||
@@ -153,14 +155,20 @@ launch() {
 # memcpy rows of the roofline, measured in the same job.
 run_one() {
     local np=$1 mode=$2 rep=$3 name="np$1-$2-rep$3" rc=0
-    # shellcheck disable=SC2086 # mode_mca and mpirun_args split on purpose
+    # shellcheck disable=SC2046,SC2086 # mode_mca, mpirun_args split on purpose
     OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$components" \
         launch "$np" $(mode_mca "$mode") \
         $mpirun_args "$bench" -c "$colls,memcpy" -b "$minb" -e "$maxb" \
         -f "$factor" -t "$dtype" -o "$op" -n "$iters" -w "$warmup" \
         --buffers "$buffers" --no-progress --csv "$out/$name.csv" \
         "${extra[@]}" >"$out/$name.log" 2>&1 || rc=$?
-    # 1: the bench found wrong results (counted in the CSV); others: broken.
+    # 1: the bench found wrong results (counted in the CSV); 3: the
+    # cluster's run had UCX, Open MPI or zcopy error lines; others: broken.
+    if ((rc == 3)); then
+        grep -E 'UCX +(ERROR|WARN)|zcopy.*(error|warning)|WARNING:' \
+            "$out/$name.log" | head -n 5 >&2
+        die "run $name printed error or warning lines; log: $out/$name.log"
+    fi
     if ((rc != 0 && rc != 1)) || [[ ! -s $out/$name.csv ]]; then
         tail -n 20 "$out/$name.log" >&2
         die "run $name failed (exit $rc); log: $out/$name.log"
@@ -422,12 +430,12 @@ plot_charts() {
             function v(x) { return x > 0 ? x : "?" }
             BEGIN { nn = split(nps, np, ","); npe = split(peers, peer, ",") }
             # medians.tsv: np, collective, bytes, mode, time, busbw, ...
-            FILENAME ~ /medians/ && $2 == coll && $4 != "any" {
+            FNR == NR && $2 == coll && $4 != "any" {
                 if (!($3 in seen)) { seen[$3] = 1; sizes[++ns] = $3 }
                 bw[$3, $1, $4] = $6
             }
             # the roofline busbw comes from summary.tsv
-            FILENAME ~ /summary/ && $2 == coll { r[$3, $1] = $(NF - 1) }
+            FNR != NR && $2 == coll { r[$3, $1] = $(NF - 1) }
             END {
                 printf "bytes\tlabel"
                 for (j = 1; j <= nn; j++) {

@@ -66,6 +66,10 @@ void mca_coll_zcopy_install_host(void);
 /* Puts zcopy's progress callback into Open MPI's loop, once. */
 void mca_coll_zcopy_want_progress(void);
 
+/* Sets up, once per process, the call at the start of MPI_Finalize that
+ * closes connections between servers while every peer is still there. */
+void mca_coll_zcopy_finalize_hook(void);
+
 /* MPI_T performance variables (coll_zcopy_component.c). */
 int mca_coll_zcopy_register_pvars(void);
 

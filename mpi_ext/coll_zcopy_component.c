@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ompi/attribute/attribute.h"
+#include "ompi/runtime/mpiruntime.h"
 #include "opal/mca/base/mca_base_pvar.h"
 #include "opal/mca/base/mca_base_var_enum.h"
 #include "opal/runtime/opal_progress.h"
@@ -224,7 +225,14 @@ static int zcopy_self_no_copy(MPI_Comm comm, int keyval, void *extra,
     return MPI_SUCCESS;
 }
 
-static void finalize_hook_register(void)
+/* Once, when the first communicator gets zcopy (MPI_Init's own, as a
+ * rule): early, so that the hook exists before any UCX connection and is
+ * never set up with libzcopy's locks held or while MPI_Finalize already
+ * deletes MPI_COMM_SELF's attributes. One flag for the process, as the
+ * attribute is. */
+static atomic_bool zcopy_finalize_hooked;
+
+void mca_coll_zcopy_finalize_hook(void)
 {
     ompi_attribute_fn_ptr_union_t copy = {
         .attr_communicator_copy_fn = zcopy_self_no_copy };
@@ -232,6 +240,10 @@ static void finalize_hook_register(void)
         .attr_communicator_delete_fn = zcopy_finalize_starts };
     int key;
 
+    if (atomic_load_explicit(&zcopy_finalize_hooked, memory_order_relaxed) ||
+        ompi_mpi_state >= OMPI_MPI_STATE_FINALIZE_STARTED ||
+        atomic_exchange(&zcopy_finalize_hooked, true))
+        return;
     if (ompi_attr_create_keyval(COMM_ATTR, copy, del, &key, NULL, 0, NULL) !=
             OMPI_SUCCESS ||
         ompi_attr_set_c(COMM_ATTR, &ompi_mpi_comm_self.comm,
@@ -242,7 +254,7 @@ static void finalize_hook_register(void)
 }
 
 /* Called once libzcopy has live state that needs the engine (a UCX worker,
- * a peer's mapping): then also the orderly end at MPI_Finalize. */
+ * a peer's mapping, a descriptor socket). */
 void mca_coll_zcopy_want_progress(void)
 {
     if (atomic_load_explicit(&zcopy_progress_registered, memory_order_relaxed) ||
@@ -253,7 +265,6 @@ void mca_coll_zcopy_want_progress(void)
         opal_output(0, "coll/zcopy: cannot join Open MPI's progress loop; "
                        "peers' memory is released at collectives only");
     }
-    finalize_hook_register();
 }
 
 static int zcopy_init_query(bool enable_progress_threads,

@@ -303,6 +303,7 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
     ZCOPY_COLLECTIVES(ZCOPY_SAVE)
 #undef ZCOPY_SAVE
 
+    mca_coll_zcopy_finalize_hook();
     m->comm = comm;
     if (zcopy_comm_create(comm, ompi_comm_rank(comm), ompi_comm_size(comm),
                           &ops, &m->zcomm) != ZCOPY_SUCCESS)

@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What every rank tells the others when a communicator is set up. */
 /* CPUs 0 to 1023, as many as glibc's cpu_set_t holds by default. */
 #define CTL_CPU_WORDS 16
 
+/* What every rank tells the others when a communicator is set up. */
 typedef struct {
     zcopy_topo_rank_t where;      /* server, local rank, nearest devices */
     zcopy_ipc_id_t ipc;           /* how to reach its export table */
@@ -349,9 +349,14 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = access_agree(all, zc->size, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS) {
         ctl->yield = ranks_outnumber_cores(all, zc->rank, zc->size);
-        if (zc->rank == 0)
-            zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks on %d CPUs: waits %s",
-                      zc->size, cpus_shared(all, zc->size),
+        if (zc->rank == 0 && cpus_shared(all, zc->size) > 0)
+            zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks share %d CPU%s: "
+                      "waits %s", zc->size, cpus_shared(all, zc->size),
+                      cpus_shared(all, zc->size) == 1 ? "" : "s",
+                      ctl->yield ? "yield the processor" : "spin");
+        else if (zc->rank == 0)
+            zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks, CPUs unknown: "
+                      "waits %s", zc->size,
                       ctl->yield ? "yield the processor" : "spin");
     }
     if (st == ZCOPY_SUCCESS && all[0].status == ZCOPY_SUCCESS)

@@ -353,6 +353,7 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
                           .msg_control = control.buf,
                           .msg_controllen = sizeof(control.buf) };
     struct cmsghdr *c;
+    zcopy_status_t st;
     unsigned spins = 0;
     ssize_t n;
     int fd = -1;
@@ -376,8 +377,11 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
         (msg.msg_flags & MSG_CTRUNC)) {
         if (fd >= 0)
             close(fd);
-        return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d refused a "
-                           "descriptor request", (int)pid);
+        st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d refused a "
+                         "descriptor request (not of its MPI job, or not a "
+                         "descriptor it offers)", (int)pid);
+        zcopy_log(ZCOPY_LOG_WARN, "ipc", "%s", zcopy_error_detail());
+        return st;
     }
     *fd_p = fd;
     return ZCOPY_SUCCESS;

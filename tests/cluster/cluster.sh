@@ -25,8 +25,9 @@ usage: tests/cluster/cluster.sh COMMAND [options]
   run LAYOUT [--] MPIRUN-ARGS... PROGRAM [ARGS]
                          mpirun PROGRAM on LAYOUT's ranks, from server 0;
                          makes the cluster if it is not up and removes it
-                         afterwards; fails if the output has a UCX error or
-                         warning line, or a zcopy warning or error
+                         afterwards; exits with mpirun's status, or 3 if the
+                         output has a UCX, Open MPI or zcopy error or
+                         warning line
   exec SERVER CMD...     run CMD inside server SERVER (0-based)
   down                   remove the cluster: every process inside is killed
   status                 list the clusters that are up
@@ -54,8 +55,9 @@ name='' quiet=0
 parse_layout() {
     local l=$1 s r i
     ranks=()
-    if [[ $l =~ ^([1-9][0-9]*)x([1-9][0-9]*)$ ]]; then
+    if [[ $l =~ ^([1-9][0-9]{0,1})x([1-9][0-9]{0,3})$ ]]; then
         s=${BASH_REMATCH[1]} r=${BASH_REMATCH[2]}
+        ((s <= 16)) || die "layout '$l': 2 to 16 servers"
         for ((i = 0; i < s; i++)); do ranks+=("$r"); done
     elif [[ $l =~ ^[1-9][0-9]*(,[1-9][0-9]*)+$ ]]; then
         IFS=, read -r -a ranks <<<"$l"
@@ -83,6 +85,7 @@ cpus_of() {
 
 allowed_cpus() {
     local list part a b
+    local -a parts
     list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
     IFS=, read -r -a parts <<<"$list"
     for part in "${parts[@]}"; do
@@ -95,19 +98,51 @@ allowed_cpus() {
 
 dir() { echo "$state_root/$name"; }
 server_pid() { cat "$(dir)/s$1.pid"; }
-is_up() { [[ -f $(dir)/layout ]] && kill -0 "$(cat "$(dir)/hub.pid")" 2>/dev/null; }
+
+# A pid file is trusted only while its process is the holder it recorded:
+# the same start time and the network namespace it made, which is not
+# ours. A stale file (its cluster killed with the script, the pid reused
+# since) never leads to nsenter into, or kills in, someone else's world.
+proc_start() { awk '{ print $22 }' "/proc/$1/stat" 2>/dev/null; }
+holder_ok() {
+    local file=$1 pid
+    [[ -s $file && -s $file.id ]] || return 1
+    pid=$(cat "$file")
+    [[ "$(proc_start "$pid") $(readlink "/proc/$pid/ns/net" 2>/dev/null)" == \
+       "$(cat "$file.id")" && $(readlink "/proc/$pid/ns/net") != "$own_netns" ]]
+}
+is_up() { [[ -f $(dir)/layout ]] && holder_ok "$(dir)/hub.pid"; }
 
 # with_lock CMD...: one up or down at a time on the machine, each a
 # second or less (runs may overlap; each makes a cluster of its own unless
-# told to share one by name).
+# told to share one by name). Re-entered (from the exit trap, after a
+# failure inside a locked command) it runs CMD under the lock it holds.
+locked=0
 with_lock() {
+    if ((locked)); then
+        "$@"
+        return
+    fi
     mkdir -p "$state_root"
     chmod 0700 "$state_root"
     exec {lock_fd}>"$state_root/.lock"
     flock "$lock_fd"
+    locked=1
+    sweep_stale
     "$@"
+    locked=0
     flock -u "$lock_fd"
     exec {lock_fd}>&-
+}
+
+# Clusters whose holders are gone (killed with the script that made them):
+# nothing of them runs any more, only their state is left.
+sweep_stale() {
+    local d
+    for d in "$state_root"/*/; do
+        [[ -d $d ]] || continue
+        holder_ok "${d}hub.pid" || rm -rf "$d"
+    done
 }
 
 check() {
@@ -153,7 +188,13 @@ holder() {
         </dev/null >/dev/null 2>&1 &
     disown
     for _ in $(seq 100); do
-        [[ -s $file ]] && return 0
+        if [[ -s $file ]]; then
+            local pid
+            pid=$(cat "$file")
+            echo "$(proc_start "$pid") $(readlink "/proc/$pid/ns/net")" >"$file.id"
+            holder_ok "$file" && return 0
+            die "a namespace holder is not in a namespace of its own ($file)"
+        fi
         sleep 0.05
     done
     die "a namespace holder did not start ($file)"
@@ -162,14 +203,13 @@ holder() {
 up_locked() {
     local watch=$1 d n i host cpus spid hub
     d=$(dir)
-    if is_up; then
-        [[ $(cat "$d/layout") == "${ranks[*]}" ]] && return 0
-        down_locked
+    if is_up && [[ $(cat "$d/layout") == "${ranks[*]}" ]]; then
+        return 0
     fi
-    rm -rf "$d"
+    down_locked # whatever is left of it, verified holders only
     mkdir -p "$d"
     n=${#ranks[@]}
-    trap 'down_locked' ERR
+    building=1 # a failure from here on: the exit trap removes it
     holder "$d/hub.pid" "$watch" --net -- 'ip link set lo up'
     hub=$(cat "$d/hub.pid")
     nsenter -t "$hub" -n ip link add br0 type bridge
@@ -198,7 +238,7 @@ up_locked() {
     done
     write_agent "$d"
     echo "${ranks[*]}" >"$d/layout"
-    trap - ERR
+    building=0
 }
 
 # The rsh agent Open MPI calls as `agent HOST COMMAND...` (plm_rsh_agent):
@@ -221,13 +261,14 @@ EOF
 }
 
 # Kills every process in the cluster's network namespaces (what a crashed
-# or timed-out job left behind too), then the holders.
+# or timed-out job left behind too), then the holders: only namespaces of
+# holders that are still the ones recorded.
 down_locked() {
-    local d pid ns p
+    local d pid ns p f
     d=$(dir)
     [[ -d $d ]] || return 0
     for f in "$d"/s*.pid "$d"/hub.pid; do
-        [[ -s $f ]] || continue
+        holder_ok "$f" || continue
         pid=$(cat "$f")
         ns=$(readlink "/proc/$pid/ns/net" 2>/dev/null) || continue
         for p in /proc/[0-9]*; do
@@ -251,12 +292,14 @@ cmd_up() {
 }
 
 cmd_down() {
+    check || exit
     name=${name:-zc}
     with_lock down_locked
 }
 
 cmd_exec() {
     (($# >= 2)) || die "exec needs SERVER and a command"
+    check || exit
     name=${name:-zc}
     is_up || die "cluster $name is not up"
     local i=$1 cpus
@@ -276,10 +319,12 @@ cmd_status() {
     true
 }
 
-# Lines that fail a run: UCX's own errors and warnings (e.g. an endpoint
-# flushed towards a peer that has gone), libzcopy's, Open MPI's warning
+# Lines that fail a run (exit status BAD_EXIT, whatever the program's):
+# UCX's own errors and warnings (e.g. an endpoint flushed towards a peer
+# that has gone), libzcopy's and its component's, Open MPI's warning
 # messages, and vader's failed single copies.
-readonly BAD_LINES='UCX +(ERROR|WARN)|\[zcopy:[0-9]+\] [a-z]+ (error|warning)|^ *WARNING:|Read -?[0-9]+, expected [0-9]+'
+readonly BAD_LINES='UCX +(ERROR|WARN)|\[zcopy:[0-9]+\] [a-z]+ (error|warning)|coll/zcopy: |^ *WARNING:|Read -?[0-9]+, expected [0-9]+'
+readonly BAD_EXIT=3
 
 cmd_run() {
     (($# >= 2)) || die "run needs a LAYOUT and a program"
@@ -294,8 +339,7 @@ cmd_run() {
     fi
     n=${#ranks[@]}
     if ((own)); then
-        trap 'with_lock down_locked' EXIT
-        trap 'exit 130' INT TERM
+        own_cluster=1
         with_lock up_locked $$
     else
         is_up || die "cluster $name is not up (cluster.sh --name $name up $layout)"
@@ -314,29 +358,58 @@ cmd_run() {
             ((ranks[i] > ncpu)) && yield=1
         fi
     done
+    # UCX would take its cma transport (process_vm_readv) as reaching the
+    # other servers: one kernel, one pid namespace. Real servers have no
+    # such path, so neither does the emulation.
     local -a mpirun=(mpirun --allow-run-as-root --oversubscribe
         --host "$hosts" -np "$total" --bind-to none
         --mca plm_rsh_agent "$d/agent" --mca plm_rsh_no_tree_spawn 1
         --mca oob_tcp_if_include "$SUBNET.0/24"
         --mca btl_tcp_if_include "$SUBNET.0/24"
-        --mca mpi_yield_when_idle "$yield")
-    log=$(mktemp -t cluster-run.XXXXXX)
+        --mca mpi_yield_when_idle "$yield" -x UCX_TLS=^cma)
+    log=$d/run.$$.log
+    run_log=$log
     ((quiet)) || echo "cluster.sh: $n servers (${ranks[*]} ranks), $name-s0: ${mpirun[*]} $*" >&2
     # mpirun on server 0, on its CPUs; the agent places the rest.
     cpus=$(cat "$d/s0.cpus")
+    # In the background, so that a signal to this script stops mpirun
+    # (which then ends its job) rather than wait for it.
+    (
+        set +e
+        nsenter -t "$(server_pid 0)" -n -u -i -m --wd="$PWD" \
+            ${cpus:+taskset -c "$cpus"} "${mpirun[@]}" "$@" 2>&1 | tee "$log"
+        exit "${PIPESTATUS[0]}"
+    ) &
+    job=$!
     set +e
-    nsenter -t "$(server_pid 0)" -n -u -i -m --wd="$PWD" \
-        ${cpus:+taskset -c "$cpus"} "${mpirun[@]}" "$@" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
+    wait "$job"
+    rc=$?
     set -e
+    job=''
     if ((rc == 0)) && grep -Eq "$BAD_LINES" "$log"; then
         echo "cluster.sh: FAIL: the output has error or warning lines:" >&2
         grep -E "$BAD_LINES" "$log" | head -n 5 >&2
-        rc=1
+        rc=$BAD_EXIT
     fi
     rm -f "$log"
     return "$rc"
 }
+
+# The one exit path: a run's mpirun stopped, a cluster made by this script
+# for a run (or half made by a failed up) removed, under the lock.
+job='' run_log='' own_cluster=0 building=0
+on_exit() {
+    local rc=$?
+    [[ -n $job ]] && pkill -TERM -P "$job" 2>/dev/null && wait "$job" 2>/dev/null
+    [[ -n $run_log ]] && rm -f "$run_log"
+    if ((own_cluster || building)); then
+        with_lock down_locked
+    fi
+    exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # --- main -------------------------------------------------------------------
 
@@ -350,6 +423,10 @@ while (($#)); do
 done
 [[ -z $name || $name =~ ^[a-z][a-z0-9]{0,15}$ ]] ||
     die "--name: a lower-case letter, then up to 15 letters or digits"
+# It is quoted into the agent and the holders' shell commands.
+[[ $state_root =~ ^/[A-Za-z0-9._/-]+$ ]] ||
+    die "CLUSTER_STATE: an absolute path of letters, digits and ._/-"
+own_netns=$(readlink /proc/self/ns/net)
 cmd=${1:-}
 (($#)) && shift
 case $cmd in

@@ -38,9 +38,10 @@ else
 fi
 
 # 2. Apart: a file in one server's /dev/shm is not in the other's, nor
-# here; a System V segment of one is not in the other's; no route from a
-# server to the other's loopback.
+# here; a System V segment of one is not in the other's; each server has
+# its own address.
 name=zct$$
+trap '"$cluster" --name "$name" down 2>/dev/null' EXIT
 "$cluster" --name "$name" up 2x1 >/dev/null || fail "up 2x1"
 "$cluster" --name "$name" up 2x1 >/dev/null || fail "up again (idempotent)"
 "$cluster" --name "$name" exec 0 touch /dev/shm/cluster-probe

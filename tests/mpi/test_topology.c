@@ -335,6 +335,7 @@ static void test_partial_activation(void)
     pair02 = split(MPI_COMM_WORLD, wrank == 0 || wrank == 2 ? 0 : MPI_UNDEFINED,
                    wrank);
     if (pair02 != MPI_COMM_NULL) {
+        int pair_size;
         const char *why = transport_ipc && server_of(0) != server_of(2)
                               ? "spans servers"
                               : "send buffer not activated";
@@ -346,11 +347,14 @@ static void test_partial_activation(void)
         /* Copied out first: the exchange below falls back too and would
          * overwrite the reason. */
         snprintf(mine, sizeof(mine), "%s", s.last_fallback_reason);
+        /* With two ranks in all, rank 0 is alone in it. */
+        MPI_Comm_size(pair02, &pair_size);
         MPI_Allgather(mine, sizeof(mine), MPI_CHAR, theirs, sizeof(mine),
                       MPI_CHAR, pair02);
-        ZT_CHECK(strcmp(theirs[0], theirs[1]) == 0, "ranks 0 and 2 fell back "
-                 "for different reasons: \"%s\" and \"%s\"", theirs[0],
-                 theirs[1]);
+        if (pair_size == 2)
+            ZT_CHECK(strcmp(theirs[0], theirs[1]) == 0, "ranks 0 and 2 fell "
+                     "back for different reasons: \"%s\" and \"%s\"",
+                     theirs[0], theirs[1]);
         MPI_Comm_free(&pair02);
     }
 

@@ -36,7 +36,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static int failed;
@@ -52,6 +56,12 @@ static int failed;
         printf(__VA_ARGS__);                                                 \
         putchar('\n');                                                       \
     } while (0)
+
+/* ZCOPY_PEER_ACCESS=2: descriptors over the owner's socket. */
+static bool sockets(void)
+{
+    return zcopy_ipc_access_current() == ZCOPY_IPC_ACCESS_SOCKET;
+}
 
 static zcopy_ipc_id_t parse_id(char **argv)
 {
@@ -93,16 +103,20 @@ static void refused(char **argv)
     zcopy_status_t st = peer_get_logged(&id, &peer, log, sizeof(log));
     const char *job = getenv("PMIX_NAMESPACE");
 
-    printf("outsider: as a process %s\n",
-           job ? "of another job" : "outside any job");
+    /* Over sockets the owner refuses, and the importer is told so. */
+    const char *why = sockets() ? "refused a descriptor request"
+                                : "not part of this MPI job";
+
+    printf("outsider: as a process %s, %s\n",
+           job ? "of another job" : "outside any job",
+           zcopy_ipc_access_name(zcopy_ipc_access_current()));
     EXPECT(st == ZCOPY_ERR_UNSUPPORTED,
            "zcopy_ipc_peer_get of pid %d: %s (%s)", id.pid,
            zcopy_strerror(st), zcopy_error_detail());
-    EXPECT(strstr(zcopy_error_detail(), "not part of this MPI job") != NULL,
+    EXPECT(strstr(zcopy_error_detail(), why) != NULL,
            "the refusal says why: \"%s\"", zcopy_error_detail());
     if (zcopy_config.verbose >= ZCOPY_LOG_WARN)
-        EXPECT(strstr(log, "not part of this MPI job") != NULL &&
-                   strstr(log, "[zcopy:") != NULL,
+        EXPECT(strstr(log, why) != NULL && strstr(log, "[zcopy:") != NULL,
                "ZCOPY_VERBOSE=%d: the refusal is logged on stderr",
                zcopy_config.verbose);
     else
@@ -142,6 +156,53 @@ static void accepted(char **argv)
 }
 
 /* --- another user -------------------------------------------------------- */
+
+/* The owner's socket, asked directly for the export table with a request
+ * as the job's own ranks send it: the owner must refuse another user. */
+static void raw_socket_request(const zcopy_ipc_id_t *id)
+{
+    struct {
+        uint64_t magic, job, ino;
+        int32_t fd, reserved;
+    } req = { 0x7a636f70795f6664ull, zcopy_ipc_job_id(), id->table_ino,
+              id->table_fd, 0 };
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    char reply[64];
+    struct iovec iov = { .iov_base = reply, .iov_len = sizeof(reply) };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+                          .msg_control = control.buf,
+                          .msg_controllen = sizeof(control.buf) };
+    int len = snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1,
+                       "zcopy.%d.%llx", id->pid,
+                       (unsigned long long)id->table_ino);
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct timeval tv = { .tv_sec = 20 };
+    ssize_t n = -1;
+
+    if (sock >= 0 && setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv,
+                                sizeof(tv)) == 0 &&
+        connect(sock, (struct sockaddr *)&addr,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                            len)) == 0 &&
+        send(sock, &req, sizeof(req), 0) == (ssize_t)sizeof(req))
+        n = recvmsg(sock, &msg, 0);
+    EXPECT(n > 0 && CMSG_FIRSTHDR(&msg) == NULL,
+           "a request straight to the owner's socket: %s",
+           n < 0 ? "no answer" : CMSG_FIRSTHDR(&msg) ? "got a descriptor"
+                                                   : "refused, no descriptor");
+    if (CMSG_FIRSTHDR(&msg) != NULL) {
+        int fd;
+
+        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof(fd));
+        close(fd);
+    }
+    if (sock >= 0)
+        close(sock);
+}
 
 static bool private_dirs;         /* /tmp is the job's own (jobcheck.sh) */
 static unsigned scanned;
@@ -209,6 +270,8 @@ static void other_user(int argc, char **argv)
            zcopy_error_detail());
     if (st == ZCOPY_SUCCESS)
         zcopy_ipc_peer_put(peer);
+    if (sockets())
+        raw_socket_request(&id);
 
     /* The rank's memfds by their /proc links, its mappings, its memory. */
     for (int i = 6; i < argc; i++) {

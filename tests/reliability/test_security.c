@@ -109,13 +109,31 @@ static bool run(char *const argv[], char *const env[])
         fprintf(stderr, "cannot start %s\n", argv[0]);
         return false;
     }
-    while (waitpid(pid, &status, 0) < 0)
-        ;
+    /* The outsider may ask this rank's socket: keep MPI progressing, as
+     * any rank inside an MPI call would. */
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        int flag;
+
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
+                   MPI_STATUS_IGNORE);
+        usleep(100);
+    }
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Under coll_zcopy_peer_access=socket the outsiders ask this rank's
+ * socket too (ZCOPY_PEER_ACCESS=2), and this rank logs each refusal. */
+static bool sockets(void)
+{
+    const char *v = getenv("OMPI_MCA_coll_zcopy_peer_access");
+
+    return v && strcmp(v, "socket") == 0;
 }
 
 static void outsiders(const char *outsider, char *block)
 {
+    char *peer_access = sockets() ? "ZCOPY_PEER_ACCESS=2"
+                                  : "ZCOPY_PEER_ACCESS=0";
     const char *ns = getenv("PMIX_NAMESPACE");
     char pid[16], fd[16], ino[24], va[24], len[24], job_ns[256];
     char *memfds[64], names[64][12], path[300], link[256];
@@ -137,10 +155,12 @@ static void outsiders(const char *outsider, char *block)
     snprintf(job_ns, sizeof(job_ns), "PMIX_NAMESPACE=%s", ns);
 
     {
-        char *env_none[] = { "ZCOPY_VERBOSE=1", "PATH=/usr/bin:/bin", NULL };
+        char *env_none[] = { "ZCOPY_VERBOSE=1", "PATH=/usr/bin:/bin",
+                             peer_access, NULL };
         char *env_other[] = { "ZCOPY_VERBOSE=1", "PATH=/usr/bin:/bin",
-                              "PMIX_NAMESPACE=rel-another-job", NULL };
-        char *env_job[] = { "PATH=/usr/bin:/bin", job_ns, NULL };
+                              "PMIX_NAMESPACE=rel-another-job", peer_access,
+                              NULL };
+        char *env_job[] = { "PATH=/usr/bin:/bin", job_ns, peer_access, NULL };
         char *refused[] = { (char *)outsider, "refused", pid, fd, ino, NULL };
         char *accepted[] = { (char *)outsider, "accepted", pid, fd, ino, va,
                              len, NULL };
@@ -183,7 +203,7 @@ static void outsiders(const char *outsider, char *block)
                          priv && strcmp(priv, "private") == 0 ? "private"
                                                               : "shared" };
         char *env_job[] = { "ZCOPY_VERBOSE=1", "PATH=/usr/bin:/bin", job_ns,
-                            NULL };
+                            peer_access, NULL };
         size_t k = sizeof(head) / sizeof(head[0]);
 
         memcpy(argv, head, sizeof(head));
@@ -193,6 +213,38 @@ static void outsiders(const char *outsider, char *block)
                  "something of the job's (see its output)");
     }
     free(argv);
+}
+
+/* Over sockets, this rank (the owner) must have refused and logged each
+ * outsider's request itself (run under coll_zcopy_verbose 10). */
+static void outsiders_logged(const char *outsider, char *block)
+{
+    FILE *log = sockets() ? tmpfile() : NULL;
+    int saved = -1;
+    char text[1 << 15];
+    size_t n;
+
+    if (log == NULL) {
+        outsiders(outsider, block);
+        return;
+    }
+    fflush(stderr);
+    saved = dup(STDERR_FILENO);
+    dup2(fileno(log), STDERR_FILENO);
+    outsiders(outsider, block);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    rewind(log);
+    n = fread(text, 1, sizeof(text) - 1, log);
+    text[n] = '\0';
+    fclose(log);
+    fputs(text, stderr);
+    ZT_CHECK(strstr(text, "refused: not of this MPI job") != NULL,
+             "the owner did not log refusing another job's request");
+    if (geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0)
+        ZT_CHECK(strstr(text, "refused: another user") != NULL,
+                 "the owner did not log refusing another user's request");
 }
 
 int main(int argc, char **argv)
@@ -237,7 +289,7 @@ int main(int argc, char **argv)
 
     shared_state_is_private();
     if (rank == 0 && ZT_CHECK(argc > 1, "usage: test_security OUTSIDER"))
-        outsiders(argv[1], res);
+        outsiders_logged(argv[1], res);
     MPI_Barrier(quiet); /* the others stay alive and mapped meanwhile */
 
     zt_arena_fini(&arena);
