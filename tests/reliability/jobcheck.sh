@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs MPI jobs one after the other and checks that each leaves nothing
 # behind: it ends with the expected status within its time, no process of
-# its binary is left, and no file it created remains in /dev/shm or /tmp.
+# its binary is left, no file it created remains in /dev/shm or /tmp, and
+# no zcopy descriptor socket of it remains.
 #
 #   jobcheck.sh STEP [--- STEP ...]
 #   STEP = pass|fail[=REGEX] SECONDS BINARY COMMAND [ARGS...]
@@ -56,13 +57,18 @@ listing() {
     fi
 }
 
+zcopy_sockets() {
+    grep -o '@zcopy\.[0-9]*\.[0-9a-f]*' /proc/net/unix 2>/dev/null | sort -u
+}
 run_step() {
     local expect=$1 within=$2 binary=$3
     shift 3
     local log before after new ours pattern start end rc elapsed job ppid left waited
+    local sockets_before sockets_left
 
     log=$(mktemp)
     before=$(listing)
+    sockets_before=$(zcopy_sockets)
     echo "jobcheck: running ($expect within ${within}s): $*"
     start=$(date +%s%N)
     # Into a file, not a pipe: a leftover process holding the job's stdout
@@ -102,6 +108,12 @@ run_step() {
         kill -9 $left 2>/dev/null
     fi
 
+    # zcopy's descriptor sockets are abstract: the kernel drops them with
+    # their process, SIGKILL included. None of the job's may remain.
+    sockets_left=$(comm -13 <(echo "$sockets_before") <(zcopy_sockets))
+    if [ -n "$sockets_left" ]; then
+        fail "descriptor sockets left behind: $(echo $sockets_left)"
+    fi
     after=$(listing)
     new=$(comm -13 <(echo "$before") <(echo "$after"))
     if [ "$REL_JOBCHECK_NS" = private ]; then

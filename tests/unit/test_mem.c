@@ -287,6 +287,10 @@ static void test_create_rejects(void)
     CHECK(unit_maps_count("memfd:zcopy") == 0);
 }
 
+/* Under tests/confined's launcher (ZCOPY_TEST_CONFINED set), as in a
+ * container without CAP_SYS_NICE, set_mempolicy is refused: placement on a
+ * node is UNSUPPORTED, said so, and nothing is created; device -1 (every
+ * other test here) keeps working. */
 static void test_create_node0(void)
 {
     zcopy_mem_prop_t p = host;
@@ -297,6 +301,12 @@ static void test_create_node0(void)
     if (access("/sys/devices/system/node/node0", F_OK) != 0)
         return;
     p.device = 0;
+    if (getenv("ZCOPY_TEST_CONFINED") != NULL) {
+        CHECK_ERR(zcopy_mem_create(&h, 4 * page, &p, 0),
+                  ZCOPY_ERR_UNSUPPORTED, "set_mempolicy is refused");
+        CHECK(h == NULL);
+        return;
+    }
     CHECK_OK(zcopy_mem_create(&h, 4 * page, &p, 0));
     if (h == NULL)
         return;
@@ -308,6 +318,20 @@ static void test_create_node0(void)
     CHECK(unit_has_pattern(va, 4 * page, 3));
     CHECK_OK(zcopy_mem_unmap(va));
     CHECK_OK(zcopy_mem_release(va));
+    CHECK_OK(zcopy_mem_free(h));
+}
+
+/* Peers receive the memfd: they must not be able to shrink it (the owner
+ * would take SIGBUS on its own pages), grow it, or add seals. */
+static void test_create_sealed(void)
+{
+    zcopy_mem_handle_t h = create(4 * page);
+
+    if (h == NULL)
+        return;
+    CHECK(ftruncate(h->fd, (off_t)page) != 0 && errno == EPERM);
+    CHECK(ftruncate(h->fd, (off_t)(8 * page)) != 0 && errno == EPERM);
+    CHECK(fcntl(h->fd, F_ADD_SEALS, F_SEAL_WRITE) != 0 && errno == EPERM);
     CHECK_OK(zcopy_mem_free(h));
 }
 
@@ -745,6 +769,7 @@ int main(void)
     test_many_reservations();
     test_create_rejects();
     test_create_node0();
+    test_create_sealed();
     test_create_huge();
     test_free();
     test_map_rejects();
