@@ -29,6 +29,8 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
   --bench FILE            zcopy_bench to run [BUILD/bench/zcopy_bench]
   --out DIR               results [BUILD/bench-results/<timestamp>]
   --mpirun-args "ARGS"    more mpirun arguments (e.g. "--bind-to core")
+  --wrap "CMD"            a command each rank runs the bench under, e.g.
+                          "build/tests/confined/confined_run docker"
   --buffers KIND          activated, huge or malloc [activated]; malloc
                           measures what the component costs a job that
                           never activates memory (every call falls back)
@@ -55,7 +57,7 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 
 colls=all minb=16 maxb=64M factor=4 dtype=int32 op=sum iters=20 warmup=5
 reps=5 nps=2 build=./build bench='' out='' mpirun_args='' plot=1
-buffers=activated peers='' cluster=''
+buffers=activated peers='' cluster='' wrap=''
 extra=()
 while (($#)); do
     case $1 in
@@ -73,6 +75,7 @@ while (($#)); do
     --bench) bench=$2; shift ;;
     --out) out=$2; shift ;;
     --mpirun-args) mpirun_args=$2; shift ;;
+    --wrap) wrap=$2; shift ;;
     --buffers) buffers=$2; shift ;;
     --peers) peers=$2; shift ;;
     --cluster) cluster=$2; shift ;;
@@ -158,7 +161,7 @@ run_one() {
     # shellcheck disable=SC2046,SC2086 # mode_mca, mpirun_args split on purpose
     OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$components" \
         launch "$np" $(mode_mca "$mode") \
-        $mpirun_args "$bench" -c "$colls,memcpy" -b "$minb" -e "$maxb" \
+        $mpirun_args $wrap "$bench" -c "$colls,memcpy" -b "$minb" -e "$maxb" \
         -f "$factor" -t "$dtype" -o "$op" -n "$iters" -w "$warmup" \
         --buffers "$buffers" --no-progress --csv "$out/$name.csv" \
         "${extra[@]}" >"$out/$name.log" 2>&1 || rc=$?
@@ -388,7 +391,7 @@ where="np $nps"
     echo "$(date '+%Y-%m-%d %H:%M:%S'), $(uname -n), $ompi_version," \
          "$(nproc) cores; $where, $reps runs per mode (interleaved)," \
          "sizes $minb..$maxb x$factor, $dtype $op, $iters iterations" \
-         "($warmup warm-up), $buffers buffers${extra[*]:+, extra: ${extra[*]}}."
+         "($warmup warm-up), $buffers buffers${extra[*]:+, extra: ${extra[*]}}${mpirun_args:+, mpirun: $mpirun_args}${wrap:+, under: $wrap}."
     echo
     echo "Times are medians over the runs of each run's median iteration" \
          "(an iteration lasts as long as its slowest rank). best: the peer" \
