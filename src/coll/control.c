@@ -544,6 +544,7 @@ zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,
                              size_t len, uint8_t **local_p)
 {
     zcopy_ctl_cache_t *cache, *c;
+    zcopy_status_t st;
     uint64_t version;
     void *local;
 
@@ -561,7 +562,14 @@ zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,
             return ZCOPY_SUCCESS;
         }
     }
-    ZCOPY_CHECK(zcopy_ipc_peer_map(ctl->peers[rank], addr, len, &local));
+    st = zcopy_ipc_peer_map(ctl->peers[rank], addr, len, &local);
+    if (st != ZCOPY_SUCCESS) {
+        /* The collective falls back on every rank; only this one knows why. */
+        zcopy_log(ZCOPY_LOG_INFO, "ipc", "rank %d: mapping rank %d's "
+                  "[%#lx, +%zu): %s", ctl->rank, rank, (unsigned long)addr,
+                  len, zcopy_error_detail());
+        return st;
+    }
     c = &cache[ctl->cache_next[rank]++ & 1];
     *c = (zcopy_ctl_cache_t){ .table_version = version, .addr = addr,
                               .len = len, .local = local };

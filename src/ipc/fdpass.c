@@ -354,11 +354,29 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
                           .msg_controllen = sizeof(control.buf) };
     struct cmsghdr *c;
     zcopy_status_t st;
+    bool eof_once = false;
     unsigned spins = 0;
     ssize_t n;
     int fd = -1;
 
-    while ((n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC)) < 0) {
+    /* The owner sends and closes at once. A non-blocking read on a
+     * SEQPACKET socket that finds its queue empty and then the peer gone
+     * says end of file, though the reply may have come in between (Linux
+     * checks the queue, then the shutdown): an end of file is believed
+     * only when a second read says it again. */
+    for (;;) {
+        /* A read sets the control length to what it received: reset. */
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof(control.buf);
+        n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n > 0)
+            break;
+        if (n == 0 && !eof_once) {
+            eof_once = true;
+            continue;
+        }
+        if (n == 0)
+            break;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return zcopy_error(ZCOPY_ERR_SYSTEM, "descriptor from process "
                                "%d: %s", (int)pid, strerror(errno));
