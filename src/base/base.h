@@ -90,6 +90,11 @@ void zcopy_config_from_env(void);
  * its own pages, nor grow it, nor add seals of its own. */
 int zcopy_memfd_seal_size(int fd);
 
+/* The same, and from now on nobody maps it writable or writes to it but
+ * through the mappings that exist (the owner's): for memfds only their
+ * owner writes, such as the export table. */
+int zcopy_memfd_seal_read_only(int fd);
+
 /* Makes room for one more element after @count in a realloc'ed array of
  * *@capacity elements (doubling it when full); false when out of memory. */
 bool zcopy_array_reserve(void **array, size_t *capacity, size_t count,

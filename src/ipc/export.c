@@ -21,6 +21,14 @@ static struct {
     uint64_t ino;
     zcopy_ipc_table_t *table;
     zcopy_block_t snapshot[ZCOPY_IPC_MAX_BLOCKS + 1]; /* refresh's scratch */
+    /* The blocks' descriptors as published, in private memory: what the
+     * socket path may hand out is decided from here, never from the
+     * table, which other processes hold. */
+    struct {
+        int fd;
+        uint64_t ino;
+    } offers[ZCOPY_IPC_MAX_BLOCKS];
+    size_t noffers;
 } exported = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
 uint64_t zcopy_ipc_job_id(void)
@@ -51,13 +59,18 @@ static zcopy_status_t export_create_locked(void)
                            strerror(errno));
     /* memfds are born 0777; owner-only, as all shared state (SPEC 8). */
     if (fchmod(fd, 0600) != 0 ||
-        ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 ||
-        zcopy_memfd_seal_size(fd) != 0 || fstat(fd, &st) != 0)
+        ftruncate(fd, sizeof(zcopy_ipc_table_t)) != 0 || fstat(fd, &st) != 0)
         goto err_close;
     p = mmap(NULL, sizeof(zcopy_ipc_table_t), PROT_READ | PROT_WRITE,
              MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         goto err_close;
+    /* Peers only read the table: after our own mapping, nobody can map it
+     * writable any more. */
+    if (zcopy_memfd_seal_read_only(fd) != 0) {
+        munmap(p, sizeof(zcopy_ipc_table_t));
+        goto err_close;
+    }
     exported.table = p;
     exported.table->magic = ZCOPY_IPC_TABLE_MAGIC;
     exported.table->job = zcopy_ipc_job_id();
@@ -88,15 +101,13 @@ zcopy_status_t zcopy_ipc_local_id(zcopy_ipc_id_t *id)
 
 bool zcopy_ipc_export_offers(int fd, uint64_t ino)
 {
-    const zcopy_ipc_table_t *t;
-    bool found = false;
+    bool found;
 
     pthread_mutex_lock(&exported.lock);
-    t = exported.table;
-    if (t != NULL && fd == exported.fd && ino == exported.ino)
-        found = true;
-    for (uint32_t i = 0; t != NULL && !found && i < t->nblocks; i++)
-        found = t->entries[i].fd == fd && t->entries[i].ino == ino;
+    found = exported.table != NULL && fd == exported.fd &&
+            ino == exported.ino;
+    for (size_t i = 0; !found && i < exported.noffers; i++)
+        found = exported.offers[i].fd == fd && exported.offers[i].ino == ino;
     pthread_mutex_unlock(&exported.lock);
     return found;
 }
@@ -136,6 +147,11 @@ zcopy_status_t zcopy_ipc_export_refresh(void)
             .offset = blocks[i].map.offset, .ino = (uint64_t)blocks[i].map.ino,
             .fd = blocks[i].map.fd };
     t->nblocks = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        exported.offers[i].fd = blocks[i].map.fd;
+        exported.offers[i].ino = (uint64_t)blocks[i].map.ino;
+    }
+    exported.noffers = n;
     /* Even again: publishes the entries written above. */
     atomic_fetch_add_explicit(&t->seq, 1, memory_order_release);
 out:

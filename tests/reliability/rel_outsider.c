@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -134,6 +135,28 @@ static bool block_ok(const uint8_t *p, size_t len)
     return true;
 }
 
+/* The export table, once fetched, cannot be mapped writable: a peer must
+ * not rewrite what its owner publishes. */
+static void table_read_only(const zcopy_ipc_id_t *id)
+{
+    zcopy_status_t st;
+    void *p;
+    int fd;
+
+    st = zcopy_ipc_fetch_fd(id, id->table_fd, id->table_ino, &fd);
+    EXPECT(st == ZCOPY_SUCCESS, "control: the export table fetched: %s",
+           zcopy_strerror(st));
+    if (st != ZCOPY_SUCCESS)
+        return;
+    p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    EXPECT(p == MAP_FAILED && errno == EPERM,
+           "a writable mapping of the export table is refused: %s",
+           p == MAP_FAILED ? strerror(errno) : "it was mapped");
+    if (p != MAP_FAILED)
+        munmap(p, 4096);
+    close(fd);
+}
+
 static void accepted(char **argv)
 {
     zcopy_ipc_id_t id = parse_id(argv);
@@ -153,6 +176,7 @@ static void accepted(char **argv)
            "control: the block at %#lx read through zcopy_ipc_peer_map: %s",
            (unsigned long)va, zcopy_strerror(st));
     zcopy_ipc_peer_put(peer);
+    table_read_only(&id);
 }
 
 /* --- another user -------------------------------------------------------- */
