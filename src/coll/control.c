@@ -259,17 +259,52 @@ static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
     return ZCOPY_SUCCESS;
 }
 
-/* Every rank of the server fetches descriptors the same way: the most
- * restrictive of what each can do (sockets, if one cannot use pidfd_getfd). */
-static zcopy_status_t access_agree(const ctl_hello_t *all, int nranks,
-                                   uint64_t table_ino)
+/* The server's choice: the most restrictive of what each rank can do
+ * (sockets, if one cannot use pidfd_getfd; an unknown answer counts as
+ * that too). The same on every rank: it comes from the hello. */
+static zcopy_ipc_access_t access_agreed(const ctl_hello_t *all, int nranks)
 {
     uint32_t access = ZCOPY_IPC_ACCESS_PIDFD;
 
     for (int r = 0; r < nranks; r++)
         if (all[r].access > access)
             access = all[r].access;
-    return zcopy_ipc_access_use((zcopy_ipc_access_t)access, table_ino);
+    return access >= ZCOPY_IPC_ACCESS_SOCKET ? ZCOPY_IPC_ACCESS_SOCKET
+                                             : ZCOPY_IPC_ACCESS_PIDFD;
+}
+
+/* Over sockets every rank serves before any fetches: a rank that could
+ * not listen is known to all at once, rather than by a fetch that waits
+ * for it in vain. */
+static zcopy_status_t access_apply(zcopy_comm_t *zc, const ctl_hello_t *all,
+                                   uint64_t table_ino)
+{
+    const zcopy_ipc_access_t access = access_agreed(all, zc->size);
+    int32_t ok, oks[ZCOPY_CTL_MAX_RANKS];
+    zcopy_status_t st = zcopy_ipc_access_use(access, table_ino);
+
+    if (access != ZCOPY_IPC_ACCESS_SOCKET)
+        return st;
+    ok = st;
+    if (zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS)
+        return zcopy_error(ZCOPY_ERR_INTERNAL, "descriptor sockets: the "
+                           "agreement failed");
+    for (int r = 0; r < zc->size; r++)
+        if (oks[r] != ZCOPY_SUCCESS)
+            return st != ZCOPY_SUCCESS
+                       ? st
+                       : zcopy_error(oks[r], "rank %d cannot serve its "
+                                     "descriptors", r);
+    return ZCOPY_SUCCESS;
+}
+
+/* The first rank whose own part of the set-up failed, or -1. */
+static int first_failed(const ctl_hello_t *all, int nranks)
+{
+    for (int r = 0; r < nranks; r++)
+        if (all[r].status != ZCOPY_SUCCESS)
+            return r;
+    return -1;
 }
 
 static int first_other_server(const ctl_hello_t *all, int nranks)
@@ -288,7 +323,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     int32_t ok, oks[ZCOPY_CTL_MAX_RANKS]; /* on the stack: see below */
     zcopy_ctl_t *ctl = NULL;
     zcopy_status_t st;
-    int rc, other;
+    int rc, other, failed;
 
     if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
         snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
@@ -345,9 +380,13 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = ZCOPY_ERR_UNSUPPORTED;
         goto out;
     }
-    if (st == ZCOPY_SUCCESS)
-        st = access_agree(all, zc->size, mine.ipc.table_ino);
-    if (st == ZCOPY_SUCCESS) {
+    /* Every rank sees the same hellos: if one rank failed, all skip the
+     * attach alike (nobody waits on a peer that cannot serve), and the
+     * agreement below names that rank. */
+    failed = first_failed(all, zc->size);
+    if (failed < 0)
+        st = access_apply(zc, all, mine.ipc.table_ino);
+    if (st == ZCOPY_SUCCESS && failed < 0) {
         ctl->yield = ranks_outnumber_cores(all, zc->rank, zc->size);
         if (zc->rank == 0 && cpus_shared(all, zc->size) > 0)
             zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks share %d CPU%s: "
@@ -359,10 +398,8 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
                       "waits %s", zc->size,
                       ctl->yield ? "yield the processor" : "spin");
     }
-    if (st == ZCOPY_SUCCESS && all[0].status == ZCOPY_SUCCESS)
+    if (st == ZCOPY_SUCCESS && failed < 0)
         st = ctl_attach(ctl, all, mine.segment_fd);
-    else if (st == ZCOPY_SUCCESS)
-        st = all[0].status;
     if (st != ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_WARN, "ipc", "rank %d: %s", zc->rank,
                   zcopy_error_detail());

@@ -141,7 +141,9 @@ static zcopy_status_t span_access_agree(const zcopy_span_t *sp,
     for (int r = 0; r < sp->nranks; r++)
         if (sp->group[r] == sp->group[sp->rank] && all[r].access > access)
             access = all[r].access;
-    return zcopy_ipc_access_use((zcopy_ipc_access_t)access,
+    return zcopy_ipc_access_use(access >= ZCOPY_IPC_ACCESS_SOCKET
+                                    ? ZCOPY_IPC_ACCESS_SOCKET
+                                    : ZCOPY_IPC_ACCESS_PIDFD,
                                 all[sp->rank].ipc.table_ino);
 }
 
@@ -224,7 +226,10 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
         goto out;
     }
     span_group(sp, all);
-    st = span_access_agree(sp, all);
+    /* Every rank serves (if it must) before any connects: one that cannot
+     * is known to all at once. */
+    st = span_agree(zc, span_access_agree(sp, all), "serving descriptors",
+                    reason, reason_len);
     if (st == ZCOPY_SUCCESS)
         st = span_connect(sp, all, addresses, stride);
     if (st != ZCOPY_SUCCESS)

@@ -1,10 +1,10 @@
 /*
  * How this process gets its peers' descriptors: pidfd_getfd(2) where the
  * kernel allows it (one system call, no help from the owner), else the
- * owner hands them over its UNIX socket (fdpass.c). Chosen per server at
- * the set-up of a communicator: every rank says what it can do, the most
- * restrictive answer wins on every rank of the server, and the choice only
- * ever moves from pidfd_getfd to sockets (a process serves once it must).
+ * owner hands them over its UNIX socket (fdpass.c). Every rank says at the
+ * set-up of a communicator what it can do itself; it fetches that way, and
+ * if any rank of its server needs sockets, every rank there serves over
+ * its own from then on (a process never stops serving once it started).
  */
 #include "table.h"
 
@@ -16,7 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Process-wide, like the export table: 0 until a set-up decides. */
+/* Whether a set-up has applied a choice yet (for the one log line). */
 static _Atomic int access_in_use;
 
 /* Yama's ptrace_scope 1 to 3 refuse ptrace-class access between sibling
@@ -51,13 +51,26 @@ static bool pidfd_getfd_works(int probe_fd)
     return true;
 }
 
+/* The local answer, once probed (0 until then): it cannot change in a
+ * process. */
+static _Atomic int probed;
+
+/* What zcopy_config.peer_access asks, valid or not: anything but the three
+ * values counts as sockets, the choice that works everywhere. */
+static int configured(void)
+{
+    int a = zcopy_config.peer_access;
+
+    return a >= ZCOPY_IPC_ACCESS_AUTO && a <= ZCOPY_IPC_ACCESS_SOCKET
+               ? a : ZCOPY_IPC_ACCESS_SOCKET;
+}
+
 zcopy_ipc_access_t zcopy_ipc_access_local(int probe_fd)
 {
-    static _Atomic int probed; /* the answer cannot change in a process */
-    int a;
+    int a = configured();
 
-    if (zcopy_config.peer_access != ZCOPY_IPC_ACCESS_AUTO)
-        return (zcopy_ipc_access_t)zcopy_config.peer_access;
+    if (a != ZCOPY_IPC_ACCESS_AUTO)
+        return (zcopy_ipc_access_t)a;
     a = atomic_load(&probed);
     if (a == 0) {
         a = !yama_refuses_siblings() && pidfd_getfd_works(probe_fd)
@@ -68,38 +81,42 @@ zcopy_ipc_access_t zcopy_ipc_access_local(int probe_fd)
     return (zcopy_ipc_access_t)a;
 }
 
+/* A process fetches the way it can itself; it serves over its socket as
+ * soon as one rank of a server it shares cannot use pidfd_getfd. So every
+ * owner that such a rank imports from is serving, whatever the others do. */
 zcopy_status_t zcopy_ipc_access_use(zcopy_ipc_access_t access,
                                     uint64_t table_ino)
 {
-    int expected = 0;
+    const zcopy_ipc_access_t mine = zcopy_ipc_access_current();
 
-    if (access == ZCOPY_IPC_ACCESS_SOCKET) {
-        ZCOPY_CHECK(zcopy_ipc_fdpass_listen(table_ino));
-        if (atomic_exchange(&access_in_use, ZCOPY_IPC_ACCESS_SOCKET) !=
-            ZCOPY_IPC_ACCESS_SOCKET)
-            zcopy_log(ZCOPY_LOG_INFO, "ipc", "peer access: descriptors over "
-                      "UNIX sockets%s",
-                      zcopy_config.peer_access == ZCOPY_IPC_ACCESS_SOCKET
-                          ? " (coll_zcopy_peer_access)"
-                          : " (pidfd_getfd is refused on this server)");
+    if (atomic_exchange(&access_in_use, 1) == 0)
+        zcopy_log(ZCOPY_LOG_INFO, "ipc", "peer access: %s",
+                  mine == ZCOPY_IPC_ACCESS_PIDFD
+                      ? "pidfd_getfd"
+                  : configured() == ZCOPY_IPC_ACCESS_SOCKET
+                      ? "descriptors over UNIX sockets (coll_zcopy_peer_access)"
+                  : yama_refuses_siblings()
+                      ? "descriptors over UNIX sockets (Yama ptrace_scope "
+                        "refuses pidfd_getfd between ranks)"
+                      : "descriptors over UNIX sockets (pidfd_getfd is "
+                        "refused on this server)");
+    if (access != ZCOPY_IPC_ACCESS_SOCKET)
         return ZCOPY_SUCCESS;
-    }
-    if (atomic_compare_exchange_strong(&access_in_use, &expected,
-                                       ZCOPY_IPC_ACCESS_PIDFD))
-        zcopy_log(ZCOPY_LOG_INFO, "ipc", "peer access: pidfd_getfd");
-    return ZCOPY_SUCCESS;
+    if (mine == ZCOPY_IPC_ACCESS_PIDFD && !zcopy_ipc_fdpass_serving())
+        zcopy_log(ZCOPY_LOG_INFO, "ipc", "serving descriptors over a UNIX "
+                  "socket too, for ranks of this server that cannot use "
+                  "pidfd_getfd");
+    return zcopy_ipc_fdpass_listen(table_ino);
 }
 
 zcopy_ipc_access_t zcopy_ipc_access_current(void)
 {
-    int a = atomic_load_explicit(&access_in_use, memory_order_relaxed);
+    int a = atomic_load_explicit(&probed, memory_order_relaxed);
 
-    if (a != 0)
-        return (zcopy_ipc_access_t)a;
-    /* Before any set-up decided (a tool using this layer alone). */
-    return zcopy_config.peer_access == ZCOPY_IPC_ACCESS_SOCKET
-               ? ZCOPY_IPC_ACCESS_SOCKET
-               : ZCOPY_IPC_ACCESS_PIDFD;
+    if (configured() != ZCOPY_IPC_ACCESS_AUTO)
+        return (zcopy_ipc_access_t)configured();
+    /* Before any set-up probed (a tool using this layer alone). */
+    return a ? (zcopy_ipc_access_t)a : ZCOPY_IPC_ACCESS_PIDFD;
 }
 
 const char *zcopy_ipc_access_name(zcopy_ipc_access_t access)

@@ -84,7 +84,6 @@ static struct {
         uint64_t ino;
     } offers[FDPASS_MAX_OFFERS];  /* besides the export table's */
     int noffers;
-    uint64_t served, refused;
 } server = { .lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1 };
 
 static uint64_t now_ns(void)
@@ -151,6 +150,10 @@ void zcopy_ipc_fdpass_offer(int fd, uint64_t ino)
         server.offers[server.noffers].fd = fd;
         server.offers[server.noffers].ino = ino;
         server.noffers++;
+    } else {
+        zcopy_log(ZCOPY_LOG_WARN, "ipc", "more than %d control segments set "
+                  "up at once: fd %d is not offered to peers",
+                  FDPASS_MAX_OFFERS, fd);
     }
     pthread_mutex_unlock(&server.lock);
 }
@@ -180,7 +183,6 @@ static void refuse_locked(int conn, const char *why, const struct ucred *cred)
     fdpass_reply_t reply = { .magic = FDPASS_MAGIC,
                              .status = ZCOPY_ERR_UNSUPPORTED };
 
-    server.refused++;
     zcopy_log(ZCOPY_LOG_INFO, "ipc", "descriptor request from pid %d (uid "
               "%u) refused: %s", cred ? (int)cred->pid : -1,
               cred ? (unsigned)cred->uid : 0u, why);
@@ -203,7 +205,9 @@ static bool answer_locked(int conn)
     struct stat st;
     ssize_t n;
 
-    n = recv(conn, &req, sizeof(req), MSG_DONTWAIT);
+    /* MSG_TRUNC: the length of the whole message, so that a longer one
+     * cannot pass for a request. */
+    n = recv(conn, &req, sizeof(req), MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return false;
     if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) {
@@ -234,16 +238,36 @@ static bool answer_locked(int conn)
     CMSG_FIRSTHDR(&msg)->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(CMSG_FIRSTHDR(&msg)), &req.fd, sizeof(int));
     reply.status = ZCOPY_SUCCESS;
-    if (sendmsg(conn, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) ==
-        (ssize_t)sizeof(reply))
-        server.served++;
+    /* A send that fails leaves the importer an end of file: it asks again. */
+    (void)sendmsg(conn, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     return true;
+}
+
+/* Another user's connection is refused as soon as it is accepted: it
+ * never holds a pending slot. */
+static bool same_user_locked(int conn)
+{
+    struct ucred cred;
+    socklen_t cred_len = sizeof(cred);
+
+    char drain[sizeof(fdpass_request_t)];
+
+    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 &&
+        cred.uid == geteuid())
+        return true;
+    refuse_locked(conn, "another user", cred_len == sizeof(cred) ? &cred
+                                                                 : NULL);
+    /* Closing with its request unread would reset the connection, and the
+     * refusal would never be read. */
+    while (recv(conn, drain, sizeof(drain), MSG_DONTWAIT) > 0)
+        ;
+    return false;
 }
 
 static void serve_locked(int listen_fd)
 {
     const uint64_t now = now_ns();
-    int conn;
+    int conn, accepted = 0;
 
     /* Earlier connections whose request had not come yet. */
     for (int i = 0; i < server.npending;) {
@@ -256,15 +280,18 @@ static void serve_locked(int listen_fd)
         }
         i++;
     }
-    while ((conn = accept4(listen_fd, NULL, NULL,
+    /* A bounded number per call: a flood of connections must not keep
+     * this rank inside its MPI call. */
+    while (accepted++ < FDPASS_MAX_PENDING &&
+           (conn = accept4(listen_fd, NULL, NULL,
                            SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        if (answer_locked(conn))
+        if (!same_user_locked(conn) || answer_locked(conn))
             close(conn);
         else if (server.npending < FDPASS_MAX_PENDING)
             server.pending[server.npending++] =
                 (fdpass_pending_t){ .fd = conn, .since_ns = now };
         else
-            close(conn); /* its importer retries */
+            close(conn); /* its importer connects again */
     }
 }
 
@@ -289,14 +316,6 @@ void zcopy_ipc_fdpass_serve(bool now)
     pthread_mutex_unlock(&server.lock);
 }
 
-void zcopy_ipc_fdpass_counts(uint64_t *served, uint64_t *refused)
-{
-    pthread_mutex_lock(&server.lock);
-    *served = server.served;
-    *refused = server.refused;
-    pthread_mutex_unlock(&server.lock);
-}
-
 /* --- importer -------------------------------------------------------------- */
 
 /* Waiting for a peer that serves from its progress loop: serve our own
@@ -315,13 +334,16 @@ static zcopy_status_t fetch_connect(int sock, pid_t pid, uint64_t table_ino,
     struct sockaddr_un addr;
     socklen_t len = fdpass_name(&addr, pid, table_ino);
     unsigned spins = 0;
-    struct ucred cred;
+    struct ucred cred = { .pid = -1, .uid = (uid_t)-1 };
     socklen_t cred_len = sizeof(cred);
 
-    /* Refused: the owner has not started to serve yet (it decides in the
-     * same set-up step); full: its backlog is. */
+    /* Every owner serves before any rank fetches (the set-up agrees on
+     * it), so a refused connection is final; a full backlog is not. */
     while (connect(sock, (struct sockaddr *)&addr, len) != 0) {
-        if (errno != ECONNREFUSED && errno != EAGAIN && errno != ENOENT)
+        if (errno == ECONNREFUSED || errno == ENOENT)
+            return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d does not "
+                               "serve descriptors", (int)pid);
+        if (errno != EAGAIN)
             return zcopy_error(ZCOPY_ERR_SYSTEM, "connecting to process %d "
                                "for a descriptor: %s", (int)pid,
                                strerror(errno));
@@ -340,6 +362,39 @@ static zcopy_status_t fetch_connect(int sock, pid_t pid, uint64_t table_ino,
     return ZCOPY_SUCCESS;
 }
 
+/* Takes every descriptor a reply carried: exactly one in one SCM_RIGHTS
+ * message is the answer; anything more, or anything else, is closed. */
+static int reply_fd(struct msghdr *msg)
+{
+    int fd = -1, count = 0;
+
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+        size_t n;
+
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+            c->cmsg_len < CMSG_LEN(0))
+            continue;
+        n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int got;
+
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (count++ == 0)
+                fd = got;
+            else
+                close(got);
+        }
+    }
+    if (count > 1 && fd >= 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The owner's answer: ZCOPY_SUCCESS with *fd_p, ZCOPY_ERR_BUSY when the
+ * connection ended without one (the owner dropped it: ask again), or an
+ * error. */
 static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
                                   int *fd_p)
 {
@@ -349,15 +404,12 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
     } control;
     fdpass_reply_t reply;
     struct iovec iov = { .iov_base = &reply, .iov_len = sizeof(reply) };
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-                          .msg_control = control.buf,
-                          .msg_controllen = sizeof(control.buf) };
-    struct cmsghdr *c;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
     zcopy_status_t st;
     bool eof_once = false;
     unsigned spins = 0;
     ssize_t n;
-    int fd = -1;
+    int fd;
 
     /* The owner sends and closes at once. A non-blocking read on a
      * SEQPACKET socket that finds its queue empty and then the peer gone
@@ -375,8 +427,8 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
             eof_once = true;
             continue;
         }
-        if (n == 0)
-            break;
+        if (n == 0 || errno == ECONNRESET)
+            return ZCOPY_ERR_BUSY;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return zcopy_error(ZCOPY_ERR_SYSTEM, "descriptor from process "
                                "%d: %s", (int)pid, strerror(errno));
@@ -386,10 +438,7 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
                                (int)pid, FDPASS_TIMEOUT_NS / 1000000000ull);
         fetch_pause(&spins);
     }
-    c = CMSG_FIRSTHDR(&msg);
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    fd = reply_fd(&msg);
     if (n != (ssize_t)sizeof(reply) || reply.magic != FDPASS_MAGIC ||
         reply.status != ZCOPY_SUCCESS || fd < 0 ||
         (msg.msg_flags & MSG_CTRUNC)) {
@@ -405,13 +454,11 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
     return ZCOPY_SUCCESS;
 }
 
-zcopy_status_t zcopy_ipc_fdpass_fetch(const zcopy_ipc_id_t *owner,
-                                      int remote_fd, uint64_t ino, int *fd_p)
+/* One connection, one request, one answer. */
+static zcopy_status_t fetch_once(const zcopy_ipc_id_t *owner,
+                                 const fdpass_request_t *req,
+                                 uint64_t deadline, int *fd_p)
 {
-    fdpass_request_t req = { .magic = FDPASS_MAGIC,
-                             .job = zcopy_ipc_job_id(), .ino = ino,
-                             .fd = remote_fd };
-    const uint64_t deadline = now_ns() + FDPASS_TIMEOUT_NS;
     zcopy_status_t st;
     int sock;
 
@@ -421,11 +468,37 @@ zcopy_status_t zcopy_ipc_fdpass_fetch(const zcopy_ipc_id_t *owner,
                            strerror(errno));
     st = fetch_connect(sock, owner->pid, owner->table_ino, deadline);
     if (st == ZCOPY_SUCCESS &&
-        send(sock, &req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req))
-        st = zcopy_error(ZCOPY_ERR_SYSTEM, "descriptor request to process "
-                         "%d: %s", (int)owner->pid, strerror(errno));
+        send(sock, req, sizeof(*req), MSG_NOSIGNAL) != (ssize_t)sizeof(*req))
+        st = errno == EPIPE || errno == ECONNRESET
+                 ? ZCOPY_ERR_BUSY
+                 : zcopy_error(ZCOPY_ERR_SYSTEM, "descriptor request to "
+                               "process %d: %s", (int)owner->pid,
+                               strerror(errno));
     if (st == ZCOPY_SUCCESS)
         st = fetch_reply(sock, owner->pid, deadline, fd_p);
     close(sock);
+    return st;
+}
+
+zcopy_status_t zcopy_ipc_fdpass_fetch(const zcopy_ipc_id_t *owner,
+                                      int remote_fd, uint64_t ino, int *fd_p)
+{
+    const fdpass_request_t req = { .magic = FDPASS_MAGIC,
+                                   .job = zcopy_ipc_job_id(), .ino = ino,
+                                   .fd = remote_fd };
+    const uint64_t deadline = now_ns() + FDPASS_TIMEOUT_NS;
+    unsigned spins = 0;
+    zcopy_status_t st;
+
+    /* An owner that dropped the connection unanswered (its pending slots
+     * full, or our request late) is asked again, until the deadline. */
+    while ((st = fetch_once(owner, &req, deadline, fd_p)) == ZCOPY_ERR_BUSY) {
+        if (now_ns() > deadline)
+            return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d did not "
+                               "answer a descriptor request in %llu s",
+                               (int)owner->pid,
+                               FDPASS_TIMEOUT_NS / 1000000000ull);
+        fetch_pause(&spins);
+    }
     return st;
 }

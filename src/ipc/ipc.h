@@ -86,11 +86,13 @@ typedef enum {
 zcopy_ipc_access_t zcopy_ipc_access_local(int probe_fd);
 
 /* Applies a server's choice (the most restrictive of its ranks' local
- * answers) to this process: with sockets, it serves from now on. */
+ * answers) to this process: with sockets, it serves from now on. This
+ * process itself keeps fetching the way it can (its local answer). */
 zcopy_status_t zcopy_ipc_access_use(zcopy_ipc_access_t access,
                                     uint64_t table_ino);
 
-/* The method in use; pidfd_getfd before any set-up chose. */
+/* How this process fetches: its local answer (pidfd_getfd before any
+ * set-up probed, unless the parameter says otherwise). */
 zcopy_ipc_access_t zcopy_ipc_access_current(void);
 const char *zcopy_ipc_access_name(zcopy_ipc_access_t access);
 
@@ -112,8 +114,6 @@ bool zcopy_ipc_fdpass_serving(void);
 void zcopy_ipc_fdpass_offer(int fd, uint64_t ino);
 void zcopy_ipc_fdpass_withdraw(int fd);
 void zcopy_ipc_fdpass_serve(bool now);
-/* Requests answered with a descriptor, and refused, so far. */
-void zcopy_ipc_fdpass_counts(uint64_t *served, uint64_t *refused);
 
 /* Importer side: asks @owner's socket for its fd @remote_fd (inode @ino),
  * serving and progressing meanwhile; fails after a bounded time. */

@@ -56,7 +56,15 @@ static bool peers_hold_pidfds(void)
     const char *forced = getenv("OMPI_MCA_coll_zcopy_peer_access");
     int pidfd, fd;
 
-    if (forced && strcmp(forced, "socket") == 0)
+    FILE *yama = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    int scope = 0;
+
+    if (yama) {
+        if (fscanf(yama, "%d", &scope) != 1)
+            scope = 0;
+        fclose(yama);
+    }
+    if ((forced && strcmp(forced, "socket") == 0) || scope > 0)
         return false;
     pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, 0, 0);
