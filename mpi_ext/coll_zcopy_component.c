@@ -4,6 +4,7 @@
 #include "coll_zcopy.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,23 @@ static void zcopy_register_int(const char *name, const char *desc,
 
 /* An enumerator, so that ompi_info lists the values and Open MPI rejects
  * a misspelt one itself. */
+static void zcopy_register_enum(const char *name,
+                                const mca_base_var_enum_value_t *values,
+                                const char *desc, int *storage)
+{
+    char enum_name[64];
+    mca_base_var_enum_t *e = NULL;
+
+    snprintf(enum_name, sizeof(enum_name), "coll_zcopy_%s", name);
+    if (mca_base_var_enum_create(enum_name, values, &e) != OPAL_SUCCESS)
+        return;
+    (void)mca_base_component_var_register(
+        &mca_coll_zcopy_component.super.collm_version, name, desc,
+        MCA_BASE_VAR_TYPE_INT, e, 0, 0, OPAL_INFO_LVL_6,
+        MCA_BASE_VAR_SCOPE_READONLY, storage);
+    OBJ_RELEASE(e);
+}
+
 static void zcopy_register_transport(mca_coll_zcopy_component_t *c)
 {
     static const mca_base_var_enum_value_t values[] = {
@@ -82,21 +100,14 @@ static void zcopy_register_transport(mca_coll_zcopy_component_t *c)
         { ZCOPY_TRANSPORT_UCX, "ucx" },
         { 0, NULL },
     };
-    mca_base_var_enum_t *e = NULL;
 
-    if (mca_base_var_enum_create("coll_zcopy_transport", values, &e) !=
-        OPAL_SUCCESS)
-        return;
-    (void)mca_base_component_var_register(
-        &c->super.collm_version, "transport",
+    zcopy_register_enum("transport", values,
         "How ranks reach each other's activated memory: auto maps peers "
         "inside a server and uses UCX between servers; ipc never uses UCX "
         "(communicators that span servers fall back); ucx goes through UCX "
         "even inside a server, to test and compare both data paths on one "
         "host",
-        MCA_BASE_VAR_TYPE_INT, e, 0, 0, OPAL_INFO_LVL_6,
-        MCA_BASE_VAR_SCOPE_READONLY, &c->transport);
-    OBJ_RELEASE(e);
+        &c->transport);
 }
 
 static void zcopy_register_peer_access(mca_coll_zcopy_component_t *c)
@@ -107,21 +118,14 @@ static void zcopy_register_peer_access(mca_coll_zcopy_component_t *c)
         { ZCOPY_IPC_ACCESS_SOCKET, "socket" },
         { 0, NULL },
     };
-    mca_base_var_enum_t *e = NULL;
 
-    if (mca_base_var_enum_create("coll_zcopy_peer_access", values, &e) !=
-        OPAL_SUCCESS)
-        return;
-    (void)mca_base_component_var_register(
-        &c->super.collm_version, "peer_access",
+    zcopy_register_enum("peer_access", values,
         "How a rank gets the memory descriptors of the ranks of its server: "
-        "auto uses pidfd_getfd where the kernel allows it and the owner's "
-        "UNIX socket where it is refused (containers' seccomp profiles, "
-        "Yama ptrace_scope 1), chosen once per server; pidfd and socket "
-        "force one",
-        MCA_BASE_VAR_TYPE_INT, e, 0, 0, OPAL_INFO_LVL_6,
-        MCA_BASE_VAR_SCOPE_READONLY, &c->peer_access);
-    OBJ_RELEASE(e);
+        "auto uses pidfd_getfd where the kernel allows it and asks the "
+        "owner's UNIX socket where it is refused (containers' seccomp "
+        "profiles, Yama ptrace_scope 1); every rank of a server serves over "
+        "its socket once one of them needs it; pidfd and socket force one",
+        &c->peer_access);
 }
 
 static int zcopy_register(void)

@@ -388,10 +388,11 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = access_apply(zc, all, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS && failed < 0) {
         ctl->yield = ranks_outnumber_cores(all, zc->rank, zc->size);
-        if (zc->rank == 0 && cpus_shared(all, zc->size) > 0)
+        const int shared = zc->rank == 0 ? cpus_shared(all, zc->size) : 0;
+
+        if (shared > 0)
             zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks share %d CPU%s: "
-                      "waits %s", zc->size, cpus_shared(all, zc->size),
-                      cpus_shared(all, zc->size) == 1 ? "" : "s",
+                      "waits %s", zc->size, shared, shared == 1 ? "" : "s",
                       ctl->yield ? "yield the processor" : "spin");
         else if (zc->rank == 0)
             zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks, CPUs unknown: "

@@ -367,38 +367,6 @@ static void test_partial_activation(void)
 
 /* --- 3. the server map ---------------------------------------------------- */
 
-static FILE *captured;
-static int real_stderr = -1;
-
-static void capture_stderr(void)
-{
-    captured = tmpfile();
-    if (captured == NULL) {
-        perror("tmpfile");
-        exit(2);
-    }
-    fflush(stderr);
-    real_stderr = dup(STDERR_FILENO);
-    dup2(fileno(captured), STDERR_FILENO);
-}
-
-/* Puts stderr back, echoes what was captured, and returns it. */
-static char *release_stderr(void)
-{
-    static char text[1 << 16];
-    size_t len;
-
-    fflush(stderr);
-    dup2(real_stderr, STDERR_FILENO);
-    close(real_stderr);
-    rewind(captured);
-    len = fread(text, 1, sizeof(text) - 1, captured);
-    text[len] = '\0';
-    fclose(captured);
-    fputs(text, stderr);
-    return text;
-}
-
 static int count_of(const char *text, const char *what)
 {
     int n = 0;
@@ -448,7 +416,7 @@ static void check_server_map(const char *text)
 int main(int argc, char **argv)
 {
     bool expect_map = false;
-    char *text;
+    const char *text;
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--virtual-servers") == 0 && i + 1 < argc)
@@ -463,7 +431,7 @@ int main(int argc, char **argv)
     /* Before MPI_Init: the map is printed at the first setup of WORLD,
      * which nothing guarantees to come after it. */
     if (expect_map)
-        capture_stderr();
+        zt_stderr_capture();
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
@@ -481,7 +449,7 @@ int main(int argc, char **argv)
     if (expect_map) {
         /* Every setup above is done: a second map would be in by now. */
         MPI_Barrier(MPI_COMM_WORLD);
-        text = release_stderr();
+        text = zt_stderr_release();
         check_server_map(text);
     }
     return zt_finish();

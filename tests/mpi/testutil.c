@@ -1,7 +1,9 @@
+#define _GNU_SOURCE /* fileno, dup */
 #include "testutil.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* Per-process test counters: one test program, one tally. */
 unsigned long zt_passed, zt_failed;
@@ -112,4 +114,37 @@ MPIX_Zcopy_stats zt_stats(MPI_Comm comm)
     if (MPIX_Zcopy_get_stats(comm, &s) != MPI_SUCCESS)
         ZT_DIE("get_stats failed");
     return s;
+}
+
+/* --- stderr capture ------------------------------------------------------ */
+
+static FILE *zt_captured;
+static int zt_real_stderr = -1;
+
+void zt_stderr_capture(void)
+{
+    zt_captured = tmpfile();
+    if (zt_captured == NULL) {
+        perror("tmpfile");
+        exit(2);
+    }
+    fflush(stderr);
+    zt_real_stderr = dup(STDERR_FILENO);
+    dup2(fileno(zt_captured), STDERR_FILENO);
+}
+
+const char *zt_stderr_release(void)
+{
+    static char text[1 << 16];
+    size_t len;
+
+    fflush(stderr);
+    dup2(zt_real_stderr, STDERR_FILENO);
+    close(zt_real_stderr);
+    rewind(zt_captured);
+    len = fread(text, 1, sizeof(text) - 1, zt_captured);
+    text[len] = '\0';
+    fclose(zt_captured);
+    fputs(text, stderr);
+    return text;
 }

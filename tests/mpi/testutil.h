@@ -47,6 +47,12 @@ extern unsigned long zt_passed, zt_failed;
  * checked nothing fails. */
 int zt_finish(void);
 
+/* Sends this process's stderr to a temporary file until
+ * zt_stderr_release(), which puts it back, echoes what was written and
+ * returns it (the first 64 KiB, in a static buffer). One at a time. */
+void zt_stderr_capture(void);
+const char *zt_stderr_release(void);
+
 /* A fixture step that must work for the test to mean anything: on failure,
  * says which (with the memory layer's last error) and aborts the job. */
 void zt_require(bool ok, const char *what);

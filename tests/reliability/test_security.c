@@ -219,27 +219,15 @@ static void outsiders(const char *outsider, char *block)
  * outsider's request itself (run under coll_zcopy_verbose 10). */
 static void outsiders_logged(const char *outsider, char *block)
 {
-    FILE *log = sockets() ? tmpfile() : NULL;
-    int saved = -1;
-    char text[1 << 15];
-    size_t n;
+    const char *text;
 
-    if (log == NULL) {
+    if (!sockets()) {
         outsiders(outsider, block);
         return;
     }
-    fflush(stderr);
-    saved = dup(STDERR_FILENO);
-    dup2(fileno(log), STDERR_FILENO);
+    zt_stderr_capture();
     outsiders(outsider, block);
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    rewind(log);
-    n = fread(text, 1, sizeof(text) - 1, log);
-    text[n] = '\0';
-    fclose(log);
-    fputs(text, stderr);
+    text = zt_stderr_release();
     ZT_CHECK(strstr(text, "refused: not of this MPI job") != NULL,
              "the owner did not log refusing another job's request");
     if (geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0)
