@@ -3,11 +3,10 @@
  * agreement of set_memory_range, and statistics. The work itself is the
  * registry's; this file only adapts it to MPI conventions.
  */
+#include "api/activation.h"
 #include "api/errors.h"
 #include "comm/comm.h"
-#include "ipc/ipc.h"
 #include "registry/registry.h"
-#include "ucx/ucx.h"
 
 #include <mpix_zcopy.h>
 #include <stdio.h>
@@ -59,19 +58,19 @@ ZCOPY_EXPORT int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base,
                          "alignment (%zu) and flags (0x%llx) must be 0",
                          alignment, (unsigned long long)flags);
     else
-        st = zcopy_registry_set_range((uintptr_t)base, size);
+        st = zcopy_registry_set_range((uintptr_t)base, size, ZCOPY_OWNER_APP);
 
     rc = agree_first_failure(comm, st != ZCOPY_SUCCESS, &first);
     if (rc != MPI_SUCCESS) {
         if (st == ZCOPY_SUCCESS) /* unknown outcome elsewhere: undo */
-            zcopy_registry_unset_range((uintptr_t)base);
+            zcopy_registry_unset_range((uintptr_t)base, ZCOPY_OWNER_APP);
         return rc;
     }
     if (st != ZCOPY_SUCCESS)
         return raise_status(comm, call, st);
     if (first >= 0) {
         /* Another rank failed: undo so that nothing changed anywhere. */
-        zcopy_registry_unset_range((uintptr_t)base);
+        zcopy_registry_unset_range((uintptr_t)base, ZCOPY_OWNER_APP);
         snprintf(detail, sizeof(detail),
                  "rank %d rejected its range, so no rank set one", first);
         return zcopy_mpi_raise(comm, MPI_ERR_ARG, call, detail);
@@ -88,7 +87,7 @@ ZCOPY_EXPORT int MPIX_Comm_unset_memory_range(MPI_Comm comm, void *base)
     if (comm_is_null(comm))
         return zcopy_mpi_raise(comm, MPI_ERR_COMM, call,
                                "communicator is MPI_COMM_NULL");
-    st = zcopy_registry_unset_range((uintptr_t)base);
+    st = zcopy_registry_unset_range((uintptr_t)base, ZCOPY_OWNER_APP);
     return st == ZCOPY_SUCCESS ? MPI_SUCCESS : raise_status(comm, call, st);
 }
 
@@ -109,23 +108,8 @@ ZCOPY_EXPORT int MPIX_Comm_activate_memory(MPI_Comm comm, void *va,
                          (unsigned long long)flags);
         return raise_status(comm, call, st);
     }
-    st = zcopy_registry_activate((uintptr_t)va, size, handle);
-    if (st != ZCOPY_SUCCESS)
-        return raise_status(comm, call, st);
-    /* Peers learn of the block from the export table; if it cannot be
-     * published (too many blocks) the activation is undone and the table
-     * published again, so a failed call changes nothing. */
-    st = zcopy_ipc_export_refresh();
-    if (st != ZCOPY_SUCCESS) {
-        char cause[256];
-        snprintf(cause, sizeof(cause), "%s", zcopy_error_detail());
-        zcopy_registry_deactivate((uintptr_t)va);
-        zcopy_ipc_export_refresh();
-        zcopy_error(st, "%s", cause);
-        return raise_status(comm, call, st);
-    }
-    zcopy_ucx_blocks_refresh(); /* SPEC 6: registered from activation on */
-    return MPI_SUCCESS;
+    st = zcopy_activation_add((uintptr_t)va, size, handle, ZCOPY_OWNER_APP);
+    return st == ZCOPY_SUCCESS ? MPI_SUCCESS : raise_status(comm, call, st);
 }
 
 ZCOPY_EXPORT int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va)
@@ -136,16 +120,8 @@ ZCOPY_EXPORT int MPIX_Comm_deactivate_memory(MPI_Comm comm, void *va)
     if (comm_is_null(comm))
         return zcopy_mpi_raise(comm, MPI_ERR_COMM, call,
                                "communicator is MPI_COMM_NULL");
-    st = zcopy_registry_deactivate((uintptr_t)va);
-    if (st != ZCOPY_SUCCESS)
-        return raise_status(comm, call, st);
-    /* From here on peers drop their import at their next collective. With
-     * one block fewer, publishing cannot fail. */
-    zcopy_ipc_export_refresh();
-    /* Before the application may unmap the pages: UCX does not notice a
-     * remap under a live registration. */
-    zcopy_ucx_blocks_refresh();
-    return MPI_SUCCESS;
+    st = zcopy_activation_remove((uintptr_t)va, ZCOPY_OWNER_APP);
+    return st == ZCOPY_SUCCESS ? MPI_SUCCESS : raise_status(comm, call, st);
 }
 
 ZCOPY_EXPORT int MPIX_Zcopy_query(MPI_Comm comm, const void *buf, size_t size,

@@ -16,6 +16,7 @@ typedef struct {
     uintptr_t base;
     size_t size;
     unsigned nblocks;
+    zcopy_owner_t owner;
 } reg_range_t;
 
 /* Per process by definition (SPEC section 3); see registry.h. */
@@ -91,9 +92,21 @@ static void error_prefix(zcopy_status_t st, const char *call)
     zcopy_error(st, "%s: %s", call, cause);
 }
 
+/* The error for a caller reaching into a range it did not set. */
+static zcopy_status_t not_owner(const char *call, const reg_range_t *r)
+{
+    return zcopy_error(ZCOPY_ERR_ARG,
+                       r->owner == ZCOPY_OWNER_POOL
+                           ? "%s: [%p, +%zu) is memory from MPI_Alloc_mem: "
+                             "release it with MPI_Free_mem"
+                           : "%s: [%p, +%zu) is a range the application set",
+                       call, (void *)r->base, r->size);
+}
+
 /* --- ranges -------------------------------------------------------------- */
 
-zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size)
+zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size,
+                                        zcopy_owner_t owner)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), i;
     zcopy_status_t st;
@@ -134,7 +147,8 @@ zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size)
     }
     memmove(&reg.ranges[i + 1], &reg.ranges[i],
             (reg.nranges - i) * sizeof(*reg.ranges));
-    reg.ranges[i] = (reg_range_t){ .base = base, .size = size };
+    reg.ranges[i] = (reg_range_t){ .base = base, .size = size,
+                                   .owner = owner };
     reg.nranges++;
     reg.epoch++;
 out:
@@ -142,7 +156,7 @@ out:
     return st;
 }
 
-zcopy_status_t zcopy_registry_unset_range(uintptr_t base)
+zcopy_status_t zcopy_registry_unset_range(uintptr_t base, zcopy_owner_t owner)
 {
     zcopy_status_t st = ZCOPY_SUCCESS;
     reg_range_t *r;
@@ -159,6 +173,10 @@ zcopy_status_t zcopy_registry_unset_range(uintptr_t base)
                                "unset memory range: %p is inside the set range "
                                "[%p, +%zu) but not its base", (void *)base,
                                (void *)r->base, r->size);
+        goto out;
+    }
+    if (r->owner != owner) {
+        st = not_owner("unset memory range", r);
         goto out;
     }
     if (r->nblocks) {
@@ -182,6 +200,7 @@ out:
 
 static zcopy_status_t activate_check(uintptr_t va, size_t size,
                                      zcopy_mem_handle_t handle,
+                                     zcopy_owner_t owner,
                                      reg_range_t **range, size_t *insert_at)
 {
     reg_range_t *r;
@@ -199,6 +218,8 @@ static zcopy_status_t activate_check(uintptr_t va, size_t size,
         return zcopy_error(ZCOPY_ERR_RANGE,
                            "activate: %p is outside every set memory range",
                            (void *)va);
+    if (r->owner != owner)
+        return not_owner("activate", r);
     if (!zcopy_range_inside(va, size, r->base, r->size))
         return zcopy_error(ZCOPY_ERR_RANGE,
                            "activate: [%p, +%zu) straddles the end of the set "
@@ -220,7 +241,8 @@ static zcopy_status_t activate_check(uintptr_t va, size_t size,
 }
 
 zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
-                                       zcopy_mem_handle_t handle)
+                                       zcopy_mem_handle_t handle,
+                                       zcopy_owner_t owner)
 {
     zcopy_mem_mapping_info_t info;
     reg_range_t *r = NULL;
@@ -228,7 +250,7 @@ zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
     size_t i = 0;
 
     pthread_mutex_lock(&reg.lock);
-    st = activate_check(va, size, handle, &r, &i);
+    st = activate_check(va, size, handle, owner, &r, &i);
     if (st != ZCOPY_SUCCESS)
         goto out;
     st = zcopy_mem_mapping_pin(va, size, handle, &info);
@@ -250,9 +272,10 @@ out:
     return st;
 }
 
-zcopy_status_t zcopy_registry_deactivate(uintptr_t va)
+zcopy_status_t zcopy_registry_deactivate(uintptr_t va, zcopy_owner_t owner)
 {
     zcopy_status_t st = ZCOPY_SUCCESS;
+    reg_range_t *r;
     zcopy_block_t *b;
     size_t i;
 
@@ -270,7 +293,12 @@ zcopy_status_t zcopy_registry_deactivate(uintptr_t va)
                                (void *)b->va, b->size);
         goto out;
     }
-    range_containing(b->range_base)->nblocks--;
+    r = range_containing(b->range_base);
+    if (r->owner != owner) {
+        st = not_owner("deactivate", r);
+        goto out;
+    }
+    r->nblocks--;
     zcopy_mem_mapping_unpin(va);
     memmove(b, b + 1, (reg.nblocks - i - 1) * sizeof(*b));
     reg.nblocks--;

@@ -22,11 +22,21 @@ typedef struct {
     zcopy_mem_mapping_info_t map; /* fd, offset and identity of the pages */
 } zcopy_block_t;
 
-zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size);
-zcopy_status_t zcopy_registry_unset_range(uintptr_t base);
+/* Who set a range: only its owner may activate, deactivate or unset in it,
+ * so an application's MPIX call can never take apart memory that
+ * MPI_Alloc_mem handed out (the pool owns those ranges), nor the reverse. */
+typedef enum {
+    ZCOPY_OWNER_APP,              /* MPIX_Comm_set_memory_range */
+    ZCOPY_OWNER_POOL              /* the MPI_Alloc_mem pool (pool/pool.h) */
+} zcopy_owner_t;
+
+zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size,
+                                        zcopy_owner_t owner);
+zcopy_status_t zcopy_registry_unset_range(uintptr_t base, zcopy_owner_t owner);
 zcopy_status_t zcopy_registry_activate(uintptr_t va, size_t size,
-                                       zcopy_mem_handle_t handle);
-zcopy_status_t zcopy_registry_deactivate(uintptr_t va);
+                                       zcopy_mem_handle_t handle,
+                                       zcopy_owner_t owner);
+zcopy_status_t zcopy_registry_deactivate(uintptr_t va, zcopy_owner_t owner);
 
 /* The last extents found activated, valid while the registry is unchanged:
  * collectives ask about the same buffers call after call, and a hit answers

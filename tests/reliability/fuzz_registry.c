@@ -41,13 +41,13 @@ static fz_codes_t reg_set_range(void *ctx, void *base, size_t size,
     (void)ctx;
     (void)alignment;
     (void)flags;
-    return fz_code(zcopy_registry_set_range((uintptr_t)base, size));
+    return fz_code(zcopy_registry_set_range((uintptr_t)base, size, ZCOPY_OWNER_APP));
 }
 
 static fz_codes_t reg_unset_range(void *ctx, void *base)
 {
     (void)ctx;
-    return fz_code(zcopy_registry_unset_range((uintptr_t)base));
+    return fz_code(zcopy_registry_unset_range((uintptr_t)base, ZCOPY_OWNER_APP));
 }
 
 static fz_codes_t reg_activate(void *ctx, void *va, size_t size,
@@ -57,13 +57,13 @@ static fz_codes_t reg_activate(void *ctx, void *va, size_t size,
     (void)ctx;
     (void)offset;
     (void)flags;
-    return fz_code(zcopy_registry_activate((uintptr_t)va, size, h));
+    return fz_code(zcopy_registry_activate((uintptr_t)va, size, h, ZCOPY_OWNER_APP));
 }
 
 static fz_codes_t reg_deactivate(void *ctx, void *va)
 {
     (void)ctx;
-    return fz_code(zcopy_registry_deactivate((uintptr_t)va));
+    return fz_code(zcopy_registry_deactivate((uintptr_t)va, ZCOPY_OWNER_APP));
 }
 
 /* Both ways of asking; they must agree before the model is asked. */

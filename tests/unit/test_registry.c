@@ -137,19 +137,19 @@ static void test_set_range_rejects(void)
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
     CHECK(stray != MAP_FAILED);
-    CHECK_ERR(zcopy_registry_set_range(0, page), ZCOPY_ERR_ARG, "base is NULL");
-    CHECK_ERR(zcopy_registry_set_range(r, 0), ZCOPY_ERR_ARG, "size is 0");
-    CHECK_ERR(zcopy_registry_set_range(r + 1, page), ZCOPY_ERR_RANGE,
+    CHECK_ERR(zcopy_registry_set_range(0, page, ZCOPY_OWNER_APP), ZCOPY_ERR_ARG, "base is NULL");
+    CHECK_ERR(zcopy_registry_set_range(r, 0, ZCOPY_OWNER_APP), ZCOPY_ERR_ARG, "size is 0");
+    CHECK_ERR(zcopy_registry_set_range(r + 1, page, ZCOPY_OWNER_APP), ZCOPY_ERR_RANGE,
               "not page aligned");
-    CHECK_ERR(zcopy_registry_set_range(r, page + 1), ZCOPY_ERR_RANGE,
+    CHECK_ERR(zcopy_registry_set_range(r, page + 1, ZCOPY_OWNER_APP), ZCOPY_ERR_RANGE,
               "not page aligned");
-    CHECK_ERR(zcopy_registry_set_range(r, SIZE_MAX - page + 1),
+    CHECK_ERR(zcopy_registry_set_range(r, SIZE_MAX - page + 1, ZCOPY_OWNER_APP),
               ZCOPY_ERR_RANGE, "wraps around");
     /* Mapped, but not by zcopy_mem_reserve. */
-    CHECK_ERR_WRAPPED(zcopy_registry_set_range((uintptr_t)stray, page),
+    CHECK_ERR_WRAPPED(zcopy_registry_set_range((uintptr_t)stray, page, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_NOT_FOUND, "set memory range",
                       "not inside a reservation");
-    CHECK_ERR_WRAPPED(zcopy_registry_set_range(pg(r, 6), 4 * page),
+    CHECK_ERR_WRAPPED(zcopy_registry_set_range(pg(r, 6), 4 * page, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_RANGE, "set memory range",
                       "straddles the end of reservation");
     CHECK(nranges() == 0);
@@ -163,24 +163,24 @@ static void test_set_range_overlap(void)
 {
     uintptr_t r = reserve(16), r2 = reserve(4), r3 = reserve(1);
 
-    CHECK_OK(zcopy_registry_set_range(pg(r, 4), 4 * page));
-    CHECK_ERR(zcopy_registry_set_range(pg(r, 4), 4 * page), ZCOPY_ERR_OVERLAP,
+    CHECK_OK(zcopy_registry_set_range(pg(r, 4), 4 * page, ZCOPY_OWNER_APP));
+    CHECK_ERR(zcopy_registry_set_range(pg(r, 4), 4 * page, ZCOPY_OWNER_APP), ZCOPY_ERR_OVERLAP,
               "overlaps the set range");
-    CHECK_ERR(zcopy_registry_set_range(pg(r, 2), 4 * page), ZCOPY_ERR_OVERLAP,
+    CHECK_ERR(zcopy_registry_set_range(pg(r, 2), 4 * page, ZCOPY_OWNER_APP), ZCOPY_ERR_OVERLAP,
               "overlaps the set range");
-    CHECK_ERR(zcopy_registry_set_range(pg(r, 7), 2 * page), ZCOPY_ERR_OVERLAP,
+    CHECK_ERR(zcopy_registry_set_range(pg(r, 7), 2 * page, ZCOPY_OWNER_APP), ZCOPY_ERR_OVERLAP,
               "overlaps the set range");
-    CHECK_ERR(zcopy_registry_set_range(r, 16 * page), ZCOPY_ERR_OVERLAP,
+    CHECK_ERR(zcopy_registry_set_range(r, 16 * page, ZCOPY_OWNER_APP), ZCOPY_ERR_OVERLAP,
               "overlaps the set range");
-    CHECK_ERR(zcopy_registry_set_range(pg(r, 5), page), ZCOPY_ERR_OVERLAP,
+    CHECK_ERR(zcopy_registry_set_range(pg(r, 5), page, ZCOPY_OWNER_APP), ZCOPY_ERR_OVERLAP,
               "overlaps the set range");
     CHECK(nranges() == 1);
 
     /* Touching is not overlapping, on either side; several ranges may share
      * a reservation, and ranges in other reservations are independent. */
-    CHECK_OK(zcopy_registry_set_range(pg(r, 8), 8 * page));
-    CHECK_OK(zcopy_registry_set_range(r, 4 * page));
-    CHECK_OK(zcopy_registry_set_range(r2, 4 * page));
+    CHECK_OK(zcopy_registry_set_range(pg(r, 8), 8 * page, ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_set_range(r, 4 * page, ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_set_range(r2, 4 * page, ZCOPY_OWNER_APP));
     CHECK(nranges() == 4);
 
     /* A reservation that holds a set range stays. */
@@ -188,25 +188,25 @@ static void test_set_range_overlap(void)
     CHECK_ERR(zcopy_mem_release((void *)r2), ZCOPY_ERR_BUSY, "memory range");
     CHECK(unit_range_reserved((void *)r, 16 * page));
 
-    CHECK_ERR(zcopy_registry_unset_range(pg(r, 5)), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_unset_range(pg(r, 5), ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not its base");
     /* A reservation, but no range was set in it. */
-    CHECK_ERR(zcopy_registry_unset_range(r3), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_unset_range(r3, ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not a set range");
-    CHECK_ERR(zcopy_registry_unset_range(0), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_unset_range(0, ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not a set range");
     CHECK(nranges() == 4);
 
-    CHECK_OK(zcopy_registry_unset_range(pg(r, 4)));
-    CHECK_OK(zcopy_registry_unset_range(r2));
+    CHECK_OK(zcopy_registry_unset_range(pg(r, 4), ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_unset_range(r2, ZCOPY_OWNER_APP));
     CHECK_OK(zcopy_mem_release((void *)r2));
     CHECK_OK(zcopy_mem_release((void *)r3));
     /* Two of three ranges still pin r. */
     CHECK_ERR(zcopy_mem_release((void *)r), ZCOPY_ERR_BUSY, "memory range");
-    CHECK_OK(zcopy_registry_unset_range(r));
+    CHECK_OK(zcopy_registry_unset_range(r, ZCOPY_OWNER_APP));
     CHECK_ERR(zcopy_mem_release((void *)r), ZCOPY_ERR_BUSY, "memory range");
-    CHECK_OK(zcopy_registry_unset_range(pg(r, 8)));
-    CHECK_ERR(zcopy_registry_unset_range(pg(r, 8)), ZCOPY_ERR_NOT_FOUND,
+    CHECK_OK(zcopy_registry_unset_range(pg(r, 8), ZCOPY_OWNER_APP));
+    CHECK_ERR(zcopy_registry_unset_range(pg(r, 8), ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not a set range");
     CHECK(nranges() == 0);
     /* Each failed set range took no pin, each unset gave its pin back. */
@@ -228,8 +228,8 @@ static fixture_t setup(void)
     fixture_t f;
 
     f.r = reserve(16);
-    CHECK_OK(zcopy_registry_set_range(pg(f.r, 2), 6 * page));
-    CHECK_OK(zcopy_registry_set_range(pg(f.r, 8), 4 * page));
+    CHECK_OK(zcopy_registry_set_range(pg(f.r, 2), 6 * page, ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_set_range(pg(f.r, 8), 4 * page, ZCOPY_OWNER_APP));
     f.outside = create_mapped(f.r, 2);
     f.m2 = create_mapped(pg(f.r, 2), 2);
     f.m4 = create_mapped(pg(f.r, 4), 2);
@@ -243,8 +243,8 @@ static void teardown(fixture_t *f)
     unmap_free(pg(f->r, 2), f->m2);
     unmap_free(pg(f->r, 4), f->m4);
     unmap_free(pg(f->r, 7), f->across);
-    CHECK_OK(zcopy_registry_unset_range(pg(f->r, 2)));
-    CHECK_OK(zcopy_registry_unset_range(pg(f->r, 8)));
+    CHECK_OK(zcopy_registry_unset_range(pg(f->r, 2), ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_unset_range(pg(f->r, 8), ZCOPY_OWNER_APP));
     CHECK_OK(zcopy_mem_release((void *)f->r));
 }
 
@@ -256,44 +256,44 @@ static void test_activate_rejects(void)
 
     CHECK_OK(zcopy_mem_free(dead));
     /* One block first, so that the epoch can be read (see epoch()). */
-    CHECK_OK(zcopy_registry_activate(pg(f.r, 4), 2 * page, f.m4));
+    CHECK_OK(zcopy_registry_activate(pg(f.r, 4), 2 * page, f.m4, ZCOPY_OWNER_APP));
     e = epoch();
 
-    CHECK_ERR(zcopy_registry_activate(f.r, 2 * page, f.outside),
+    CHECK_ERR(zcopy_registry_activate(f.r, 2 * page, f.outside, ZCOPY_OWNER_APP),
               ZCOPY_ERR_RANGE, "outside every set memory range");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 12), page, f.outside),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 12), page, f.outside, ZCOPY_OWNER_APP),
               ZCOPY_ERR_RANGE, "outside every set memory range");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 7), 2 * page, f.across),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 7), 2 * page, f.across, ZCOPY_OWNER_APP),
               ZCOPY_ERR_RANGE, "straddles the end of the set range");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), 2 * page, NULL),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), 2 * page, NULL, ZCOPY_OWNER_APP),
               ZCOPY_ERR_ARG, "handle is NULL");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), 0, f.m2), ZCOPY_ERR_ARG,
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), 0, f.m2, ZCOPY_OWNER_APP), ZCOPY_ERR_ARG,
               "size is 0");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), SIZE_MAX - page + 1, f.m2),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), SIZE_MAX - page + 1, f.m2, ZCOPY_OWNER_APP),
               ZCOPY_ERR_RANGE, "wraps");
 
     /* Overlapping the activated block at [4, 6). */
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 4), 2 * page, f.m4),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 4), 2 * page, f.m4, ZCOPY_OWNER_APP),
               ZCOPY_ERR_OVERLAP, "overlaps the activated block");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), 4 * page, f.m2),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 2), 4 * page, f.m2, ZCOPY_OWNER_APP),
               ZCOPY_ERR_OVERLAP, "overlaps the activated block");
-    CHECK_ERR(zcopy_registry_activate(pg(f.r, 5), page, f.m4),
+    CHECK_ERR(zcopy_registry_activate(pg(f.r, 5), page, f.m4, ZCOPY_OWNER_APP),
               ZCOPY_ERR_OVERLAP, "overlaps the activated block");
 
     /* In a range, free of blocks, but not exactly one mapping of the
      * handle: another handle's mapping, part of the mapping, more than the
      * mapping, no mapping at all, a handle that no longer exists. */
-    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m4),
+    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m4, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_ARG, "activate", "not exactly mapped");
-    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 2), page, f.m2),
+    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 2), page, f.m2, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_ARG, "activate", "not exactly mapped");
-    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 8), 3 * page, f.m2),
+    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 8), 3 * page, f.m2, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_ARG, "activate", "no mapping starts at");
-    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 3), page, f.m2),
+    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 3), page, f.m2, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_ARG, "activate", "no mapping starts at");
-    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 6), page, f.m2),
+    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 6), page, f.m2, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_ARG, "activate", "no mapping starts at");
-    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 2), 2 * page, dead),
+    CHECK_ERR_WRAPPED(zcopy_registry_activate(pg(f.r, 2), 2 * page, dead, ZCOPY_OWNER_APP),
                       ZCOPY_ERR_ARG, "activate", "not a live memory handle");
 
     CHECK_UNCHANGED(e, 2, 1);
@@ -301,11 +301,11 @@ static void test_activate_rejects(void)
      * and then activates. */
     CHECK_OK(zcopy_mem_unmap((void *)pg(f.r, 2)));
     CHECK_OK(zcopy_mem_map((void *)pg(f.r, 2), 2 * page, 0, f.m2, 0));
-    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2));
+    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2, ZCOPY_OWNER_APP));
     CHECK(nblocks() == 2);
 
-    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2)));
-    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 4)));
+    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2), ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 4), ZCOPY_OWNER_APP));
     teardown(&f);
 }
 
@@ -318,12 +318,12 @@ static void test_activated_is_busy(void)
     uint64_t e;
 
     memset(p, 0x5a, 2 * page);
-    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2));
+    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2, ZCOPY_OWNER_APP));
     e = epoch();
 
     CHECK_ERR(zcopy_mem_unmap(p), ZCOPY_ERR_BUSY, "activated");
     CHECK_ERR(zcopy_mem_free(f.m2), ZCOPY_ERR_BUSY, "still mapped");
-    CHECK_ERR(zcopy_registry_unset_range(pg(f.r, 2)), ZCOPY_ERR_BUSY,
+    CHECK_ERR(zcopy_registry_unset_range(pg(f.r, 2), ZCOPY_OWNER_APP), ZCOPY_ERR_BUSY,
               "activated block");
     CHECK_ERR(zcopy_mem_release((void *)f.r), ZCOPY_ERR_BUSY, "still holds");
     CHECK_UNCHANGED(e, 2, 1);
@@ -331,10 +331,10 @@ static void test_activated_is_busy(void)
     CHECK(p[0] == 0x5a && p[2 * page - 1] == 0x5a);
 
     /* The other range holds no block and can go; the block's range cannot. */
-    CHECK_OK(zcopy_registry_unset_range(pg(f.r, 8)));
-    CHECK_OK(zcopy_registry_set_range(pg(f.r, 8), 4 * page));
+    CHECK_OK(zcopy_registry_unset_range(pg(f.r, 8), ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_set_range(pg(f.r, 8), 4 * page, ZCOPY_OWNER_APP));
 
-    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2)));
+    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2), ZCOPY_OWNER_APP));
     teardown(&f);
 }
 
@@ -343,24 +343,24 @@ static void test_deactivate(void)
     fixture_t f = setup();
     uint64_t e;
 
-    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2));
+    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2, ZCOPY_OWNER_APP));
     e = epoch();
-    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 3)), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 3), ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not its start");
-    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 2) + 1), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 2) + 1, ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not its start");
-    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 4)), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 4), ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not an activated block");
-    CHECK_ERR(zcopy_registry_deactivate(f.r), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_deactivate(f.r, ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not an activated block");
-    CHECK_ERR(zcopy_registry_deactivate(0), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_deactivate(0, ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not an activated block");
     CHECK_UNCHANGED(e, 2, 1);
 
-    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2)));
+    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2), ZCOPY_OWNER_APP));
     CHECK(epoch() > e);
     CHECK(nblocks() == 0);
-    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 2)), ZCOPY_ERR_NOT_FOUND,
+    CHECK_ERR(zcopy_registry_deactivate(pg(f.r, 2), ZCOPY_OWNER_APP), ZCOPY_ERR_NOT_FOUND,
               "not an activated block");
     /* Deactivation gave the pin back: the mapping unmaps now. */
     teardown(&f);
@@ -379,8 +379,8 @@ static void test_covers(void)
     zcopy_mem_handle_t m6, m8;
     uintptr_t r = f.r;
 
-    CHECK_OK(zcopy_registry_activate(pg(r, 2), 2 * page, f.m2));
-    CHECK_OK(zcopy_registry_activate(pg(r, 4), 2 * page, f.m4));
+    CHECK_OK(zcopy_registry_activate(pg(r, 2), 2 * page, f.m2, ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_activate(pg(r, 4), 2 * page, f.m4, ZCOPY_OWNER_APP));
 
     CHECK(covers(0, 0));
     CHECK(covers(r, 0));
@@ -402,24 +402,24 @@ static void test_covers(void)
     unmap_free(pg(r, 7), f.across);
     m6 = create_mapped(pg(r, 6), 2);
     m8 = create_mapped(pg(r, 8), 2);
-    CHECK_OK(zcopy_registry_activate(pg(r, 6), 2 * page, m6));
-    CHECK_OK(zcopy_registry_activate(pg(r, 8), 2 * page, m8));
+    CHECK_OK(zcopy_registry_activate(pg(r, 6), 2 * page, m6, ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_activate(pg(r, 8), 2 * page, m8, ZCOPY_OWNER_APP));
     CHECK(covers(pg(r, 2), 6 * page));               /* all of A */
     CHECK(covers(pg(r, 8), 2 * page));
     CHECK(!covers(pg(r, 7), 2 * page));              /* A's end into B */
     CHECK(!covers(pg(r, 2), 8 * page));
 
     /* A gap in the middle. */
-    CHECK_OK(zcopy_registry_deactivate(pg(r, 4)));
+    CHECK_OK(zcopy_registry_deactivate(pg(r, 4), ZCOPY_OWNER_APP));
     CHECK(!covers(pg(r, 2), 6 * page));
     CHECK(!covers(pg(r, 3), 2 * page));
     CHECK(covers(pg(r, 2), 2 * page));
     CHECK(covers(pg(r, 6), 2 * page));
-    CHECK_OK(zcopy_registry_activate(pg(r, 4), 2 * page, f.m4));
+    CHECK_OK(zcopy_registry_activate(pg(r, 4), 2 * page, f.m4, ZCOPY_OWNER_APP));
     CHECK(covers(pg(r, 2), 6 * page));
 
     for (size_t i = 2; i < 10; i += 2)
-        CHECK_OK(zcopy_registry_deactivate(pg(r, i)));
+        CHECK_OK(zcopy_registry_deactivate(pg(r, i), ZCOPY_OWNER_APP));
     CHECK(!covers(pg(r, 2), 1));
     unmap_free(pg(r, 6), m6);
     unmap_free(pg(r, 8), m8);
@@ -448,27 +448,27 @@ static void test_generations(void)
     zcopy_block_t b, other;
     uint64_t last = 0, e;
 
-    CHECK_OK(zcopy_registry_activate(pg(f.r, 4), 2 * page, f.m4));
+    CHECK_OK(zcopy_registry_activate(pg(f.r, 4), 2 * page, f.m4, ZCOPY_OWNER_APP));
     CHECK(find_block(pg(f.r, 4), &other));
 
     /* Deactivate and activate again at the same address, the same mapping:
      * each time a new generation, never seen before. */
     for (int i = 0; i < 5; i++) {
         e = epoch();
-        CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2));
+        CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2, ZCOPY_OWNER_APP));
         CHECK(epoch() > e);
         CHECK(find_block(pg(f.r, 2), &b));
         CHECK(b.generation > last);
         CHECK(b.generation != other.generation);
         last = b.generation;
         e = epoch();
-        CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2)));
+        CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2), ZCOPY_OWNER_APP));
         CHECK(epoch() > e);
         CHECK(!find_block(pg(f.r, 2), &b));
     }
 
     /* What a snapshot tells a peer about the block. */
-    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2));
+    CHECK_OK(zcopy_registry_activate(pg(f.r, 2), 2 * page, f.m2, ZCOPY_OWNER_APP));
     CHECK(find_block(pg(f.r, 2), &b));
     CHECK(b.va == pg(f.r, 2) && b.size == 2 * page);
     CHECK(b.range_base == pg(f.r, 2));
@@ -487,8 +487,8 @@ static void test_generations(void)
         CHECK(one[0].va == pg(f.r, 2) && e1 == e2);
     }
 
-    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2)));
-    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 4)));
+    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 2), ZCOPY_OWNER_APP));
+    CHECK_OK(zcopy_registry_deactivate(pg(f.r, 4), ZCOPY_OWNER_APP));
     teardown(&f);
 }
 
@@ -500,10 +500,10 @@ static void test_offset_zero(void)
     int st;
 
     CHECK_OK(zcopy_mem_map((void *)pg(f.r, 10), 2 * page, 2 * page, h, 0));
-    st = zcopy_registry_activate(pg(f.r, 10), 2 * page, h);
+    st = zcopy_registry_activate(pg(f.r, 10), 2 * page, h, ZCOPY_OWNER_APP);
     CHECK(st == ZCOPY_ERR_ARG);
     if (st == ZCOPY_SUCCESS)
-        CHECK_OK(zcopy_registry_deactivate(pg(f.r, 10)));
+        CHECK_OK(zcopy_registry_deactivate(pg(f.r, 10), ZCOPY_OWNER_APP));
     unmap_free(pg(f.r, 10), h);
     teardown(&f);
 }

@@ -1,0 +1,52 @@
+/*
+ * The MPI_Alloc_mem pool: activated host memory handed out in pieces, for
+ * the mpool component (mpi_ext/mpool_zcopy_component.c).
+ *
+ * Memory comes in blocks, each one reservation, one set range (owned by
+ * the pool, ZCOPY_OWNER_POOL) and one activated mapping, on the NUMA node
+ * nearest to the process. Small requests share blocks, cut in 64-byte
+ * units, so 10,000 allocations of 64 bytes cost one block, one mapping per
+ * peer and one UCX registration instead of 10,000; a request larger than
+ * half a block gets a block of its own, released when it is freed. An
+ * emptied shared block is released unless it is the only empty one.
+ *
+ * Every allocation starts on a 64-byte boundary (more than malloc's
+ * promise), or on its requested power-of-two alignment.
+ */
+#ifndef ZCOPY_POOL_H
+#define ZCOPY_POOL_H
+
+#include "base/base.h"
+
+#define ZCOPY_POOL_UNIT 64u
+#define ZCOPY_POOL_DEFAULT_BLOCK (4u << 20)
+
+/* Bytes per shared block, rounded up to the memory's granularity; takes
+ * effect for blocks created afterwards. */
+ZCOPY_COMPONENT_API void zcopy_pool_set_block_size(size_t bytes);
+
+/* @align: 0 or a power of two. *@p is NULL on failure (the cause in the
+ * error detail). */
+ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_alloc(size_t size, size_t align,
+                                                    void **p);
+
+/* ZCOPY_ERR_NOT_FOUND, with nothing changed, when @p is not the start of a
+ * live allocation: freed already, inside one, or not from the pool. */
+ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_free(void *p);
+
+/* True when @p lies in a block of the pool (live or not). */
+ZCOPY_COMPONENT_API bool zcopy_pool_contains(const void *p);
+
+/* Releases every block without live allocations (at component close).
+ * Blocks still in use stay, activated, for the rest of the process. */
+ZCOPY_COMPONENT_API void zcopy_pool_trim(void);
+
+typedef struct {
+    size_t blocks;                /* blocks held (activated) */
+    size_t block_bytes;           /* their total size */
+    size_t allocations;           /* live allocations */
+} zcopy_pool_counts_t;
+
+ZCOPY_COMPONENT_API void zcopy_pool_counts(zcopy_pool_counts_t *counts);
+
+#endif
