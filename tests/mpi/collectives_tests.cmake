@@ -24,3 +24,17 @@ foreach(np 2 3)
                      TARGET test_collectives NP ${np} ARGS activated span
                      MCA coll_zcopy_transport=ucx LABELS span)
 endforeach()
+
+# Memory from MPI_Alloc_mem (mpool/zcopy), the program calling nothing of
+# zcopy's: named by the info key, or by every allocation's default hints.
+foreach(np 2 3 4)
+  zcopy_add_mpi_test(NAME mpi.collectives.alloc_mem.np${np}
+                     TARGET test_collectives NP ${np} ARGS alloc_mem
+                     LABELS alloc_mem)
+endforeach()
+zcopy_add_mpi_test(NAME mpi.collectives.alloc_mem_default.np2
+                   TARGET test_collectives NP 2 ARGS alloc_mem_default
+                   MCA mpool_base_default_hints=zcopy LABELS alloc_mem)
+zcopy_add_mpi_test(NAME mpi.collectives.alloc_mem.vservers.np4
+                   TARGET test_collectives NP 4 ARGS alloc_mem span
+                   MCA coll_zcopy_virtual_servers=2 LABELS "alloc_mem;span")

@@ -9,6 +9,11 @@
  *                                selected: fallback_calls moves by one)
  *   test_collectives mixed       rank 1 uses malloc, the others the arena:
  *                                every call falls back on ALL ranks
+ *   test_collectives alloc_mem   all buffers from MPI_Alloc_mem with the
+ *                                info key mpool_hints=zcopy, no zcopy call:
+ *                                every call runs zero-copy, as activated
+ *   test_collectives alloc_mem_default   the same with MPI_INFO_NULL, for
+ *                                jobs run with mpool_base_default_hints=zcopy
  *
  * An optional second argument, `span` (test_collectives activated span), is
  * for jobs whose MPI_COMM_WORLD spans servers (coll_zcopy_virtual_servers=2,
@@ -1653,22 +1658,25 @@ int main(int argc, char **argv)
     zt_arena_t arena;
     int wrank, wsize;
     double t0;
-    bool use_arena;
+    bool use_arena, alloc_mem;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
     if (argc < 2 || argc > 3 || wsize > MAX_RANKS ||
         (strcmp(argv[1], "activated") && strcmp(argv[1], "malloc") &&
-         strcmp(argv[1], "mixed")) ||
+         strcmp(argv[1], "mixed") && strcmp(argv[1], "alloc_mem") &&
+         strcmp(argv[1], "alloc_mem_default")) ||
         (argc == 3 && strcmp(argv[2], "span"))) {
         if (wrank == 0)
-            fprintf(stderr, "usage: %s activated|malloc|mixed [span] (at most "
+            fprintf(stderr, "usage: %s activated|malloc|mixed|alloc_mem|"
+                    "alloc_mem_default [span] (at most "
                     "%d ranks)\n", argv[0], MAX_RANKS);
         MPI_Finalize();
         return 2;
     }
-    mode = !strcmp(argv[1], "activated") ? MODE_ACTIVATED
+    alloc_mem = !strncmp(argv[1], "alloc_mem", 9);
+    mode = !strcmp(argv[1], "activated") || alloc_mem ? MODE_ACTIVATED
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
     /* A failing call is reported and checked, not fatal. */
@@ -1688,10 +1696,23 @@ int main(int argc, char **argv)
 
     /* Arena on WORLD in the modes that use it (collective); in mixed mode
      * rank 1 takes part but keeps its buffers in malloc'ed memory. */
-    use_arena = mode == MODE_ACTIVATED || (mode == MODE_MIXED && wrank != 1);
-    if (mode != MODE_MALLOC)
+    use_arena = !alloc_mem &&
+                (mode == MODE_ACTIVATED || (mode == MODE_MIXED && wrank != 1));
+    if (mode != MODE_MALLOC && !alloc_mem)
         zt_arena_init(&arena, MPI_COMM_WORLD, POOL_BYTES);
-    if (use_arena) {
+    if (alloc_mem) {
+        /* Nothing of zcopy's API: memory as any MPI program asks for it. */
+        MPI_Info info = MPI_INFO_NULL;
+        if (!strcmp(argv[1], "alloc_mem")) {
+            MPI_Info_create(&info);
+            MPI_Info_set(info, "mpool_hints", "zcopy");
+        }
+        zt_require(MPI_Alloc_mem(POOL_BYTES, info, &pool.base) == MPI_SUCCESS,
+                   "MPI_Alloc_mem of the buffers");
+        if (info != MPI_INFO_NULL)
+            MPI_Info_free(&info);
+        pool.size = POOL_BYTES;
+    } else if (use_arena) {
         pool.base = arena.base;
         pool.size = arena.size;
     } else {
@@ -1712,9 +1733,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < NOPS; i++)
         if (ops[i].id == O_USER_MAX || ops[i].id == O_USER_MAX_NC)
             MPI_Op_free(&ops[i].op);
-    if (mode != MODE_MALLOC)
+    if (mode != MODE_MALLOC && !alloc_mem)
         zt_arena_fini(&arena);
-    if (!use_arena)
+    if (alloc_mem)
+        MPI_Free_mem(pool.base);
+    else if (!use_arena)
         free(pool.base);
     return zt_finish();
 }
