@@ -31,9 +31,12 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
   --mpirun-args "ARGS"    more mpirun arguments (e.g. "--bind-to core")
   --wrap "CMD"            a command each rank runs the bench under, e.g.
                           "build/tests/confined/confined_run docker"
-  --buffers KIND          activated, huge or malloc [activated]; malloc
-                          measures what the component costs a job that
-                          never activates memory (every call falls back)
+  --buffers KIND          activated, huge, alloc_mem or malloc
+                          [activated]; alloc_mem: MPI_Alloc_mem with
+                          mpool_hints=zcopy (mpool/zcopy activates it, for
+                          every mode); malloc measures what the component
+                          costs a job that never activates memory (every
+                          call falls back)
   --peers LIST            stock components to run against, comma-separated,
                           from tuned, sm, han, adapt [tuned; tuned,han with
                           --cluster]
@@ -88,8 +91,8 @@ while (($#)); do
 done
 
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
-[[ $buffers =~ ^(activated|huge|malloc)$ ]] ||
-    die "--buffers is activated, huge or malloc"
+[[ $buffers =~ ^(activated|huge|alloc_mem|malloc)$ ]] ||
+    die "--buffers is activated, huge, alloc_mem or malloc"
 [[ $nps =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --np list: $nps"
 peers=${peers:-$([[ -n $cluster ]] && echo tuned,han || echo tuned)}
 [[ $peers =~ ^(tuned|sm|han|adapt)(,(tuned|sm|han|adapt))*$ ]] ||

@@ -61,6 +61,17 @@ typedef enum {
     T_INT64, T_UINT64, T_FLOAT, T_DOUBLE
 } type_id_t;
 
+/* Where the send and receive buffers live (--buffers). */
+typedef enum {
+    BUF_ACTIVATED,                /* a zcopy arena, activated */
+    BUF_HUGE,                     /* the same on 2 MiB pages */
+    BUF_ALLOC_MEM,                /* MPI_Alloc_mem, mpool_hints=zcopy */
+    BUF_MALLOC                    /* aligned_alloc */
+} buffer_kind_t;
+
+static const char *const buffer_kind_names[] = { "activated", "huge",
+                                                 "alloc_mem", "malloc" };
+
 typedef struct {
     const char *name;
     type_id_t id;
@@ -190,8 +201,7 @@ typedef struct {
     int root;
     int iters, warmup;
     bool in_place, check, vary, progress, corrupt;
-    bool activated;               /* --buffers activated or huge (else malloc) */
-    bool huge;                    /* --buffers huge: 2 MiB pages */
+    buffer_kind_t buffers;        /* --buffers */
     const char *csv_path, *json_path;
 } options_t;
 
@@ -638,7 +648,9 @@ static void usage(FILE *f)
 "      --buffers KIND     activated: one zcopy arena, reserved, range-set,\n"
 "                         mapped and activated on MPI_COMM_WORLD; huge: the\n"
 "                         same on 2 MiB pages (ZCOPY_MEM_HUGE, needs\n"
-"                         /proc/sys/vm/nr_hugepages); malloc:\n"
+"                         /proc/sys/vm/nr_hugepages); alloc_mem:\n"
+"                         MPI_Alloc_mem with mpool_hints=zcopy (activated\n"
+"                         by mpool/zcopy, no zcopy call); malloc:\n"
 "                         aligned_alloc [activated]\n"
 "      --csv FILE         also write the rows as CSV\n"
 "      --json FILE        also write the rows as JSON\n"
@@ -789,12 +801,12 @@ static const char *apply_option(options_t *o, int c, const char *arg,
     case OPT_CHECK: o->check = true; return NULL;
     case OPT_VARY: o->vary = true; return NULL;
     case OPT_BUFFERS:
-        if (strcmp(arg, "activated") && strcmp(arg, "huge") &&
-            strcmp(arg, "malloc"))
-            return "--buffers is activated, huge or malloc";
-        o->activated = strcmp(arg, "malloc") != 0;
-        o->huge = strcmp(arg, "huge") == 0;
-        return NULL;
+        for (size_t k = 0; k < sizeof(buffer_kind_names) / sizeof(char *); k++)
+            if (!strcmp(arg, buffer_kind_names[k])) {
+                o->buffers = (buffer_kind_t)k;
+                return NULL;
+            }
+        return "--buffers is activated, huge, alloc_mem or malloc";
     case OPT_CSV: o->csv_path = arg; return NULL;
     case OPT_JSON: o->json_path = arg; return NULL;
     case OPT_PROGRESS: o->progress = true; return NULL;
@@ -836,7 +848,7 @@ static int parse_options(options_t *o, int argc, char **argv, int rank,
 
     *o = (options_t){ .min_bytes = 8, .max_bytes = 64u << 20, .factor = 2,
                       .type = find_type("int32"), .op = OP_SUM, .iters = 20,
-                      .warmup = 5, .activated = true,
+                      .warmup = 5, .buffers = BUF_ACTIVATED,
                       .progress = isatty(STDERR_FILENO) };
     opterr = 0;
     while (!err && (c = getopt_long(argc, argv, "c:b:e:f:t:o:r:n:w:h", longs,
@@ -869,8 +881,8 @@ static int parse_options(options_t *o, int argc, char **argv, int rank,
 /* Buffers                                                                    */
 
 typedef struct {
-    bool activated;
-    void *base;                 /* the arena (activated) */
+    buffer_kind_t kind;
+    void *base;                 /* the arena (activated, huge) */
     size_t size;
     zcopy_mem_handle_t handle;
     char *send, *recv;          /* each at least the largest size */
@@ -917,15 +929,30 @@ static void arena_fini(buffers_t *b)
     check_mem(zcopy_mem_release(b->base), "zcopy_mem_release");
 }
 
-static void buffers_init(buffers_t *b, bool activated, bool huge,
-                         size_t max_bytes)
+/* Two MPI_Alloc_mem buffers, as a program that calls nothing of zcopy's
+ * gets them: the mpool/zcopy component activates them. */
+static void alloc_mem_init(buffers_t *b, size_t half)
+{
+    MPI_Info info;
+
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "mpool_hints", "zcopy");
+    check_mpi(MPI_Alloc_mem((MPI_Aint)half, info, &b->send), "MPI_Alloc_mem");
+    check_mpi(MPI_Alloc_mem((MPI_Aint)half, info, &b->recv), "MPI_Alloc_mem");
+    MPI_Info_free(&info);
+    b->size = 2 * half;
+}
+
+static void buffers_init(buffers_t *b, buffer_kind_t kind, size_t max_bytes)
 {
     const size_t page = 4096;
     size_t half = round_up(max_bytes ? max_bytes : 1, page);
 
-    b->activated = activated;
-    if (activated) {
-        arena_init(b, half, huge);
+    b->kind = kind;
+    if (kind == BUF_ACTIVATED || kind == BUF_HUGE) {
+        arena_init(b, half, kind == BUF_HUGE);
+    } else if (kind == BUF_ALLOC_MEM) {
+        alloc_mem_init(b, half);
     } else {
         b->send = aligned_alloc(page, half);
         b->recv = aligned_alloc(page, half);
@@ -939,8 +966,11 @@ static void buffers_init(buffers_t *b, bool activated, bool huge,
 
 static void buffers_fini(buffers_t *b)
 {
-    if (b->activated) {
+    if (b->kind == BUF_ACTIVATED || b->kind == BUF_HUGE) {
         arena_fini(b);
+    } else if (b->kind == BUF_ALLOC_MEM) {
+        check_mpi(MPI_Free_mem(b->send), "MPI_Free_mem");
+        check_mpi(MPI_Free_mem(b->recv), "MPI_Free_mem");
     } else {
         free(b->send);
         free(b->recv);
@@ -988,8 +1018,8 @@ static const char *human(size_t bytes, char *buf, size_t len)
 static void print_header(const options_t *o, int nranks, const buffers_t *b)
 {
     printf("# zcopy_bench: np %d, buffers %s", nranks,
-           o->activated ? "activated" : "malloc");
-    if (o->activated)
+           buffer_kind_names[o->buffers]);
+    if (o->buffers == BUF_ACTIVATED || o->buffers == BUF_HUGE)
         printf(" (one arena of %zu bytes per rank)", b->size);
     printf(", iters %d, warmup %d, check %s, vary %s, in-place %s\n",
            o->iters, o->warmup, o->check ? "on" : "off",
@@ -1082,7 +1112,7 @@ static void sinks_open(sinks_t *s, const options_t *o, int nranks)
         fprintf(s->json, "{\n  \"bench\": \"zcopy_bench\", \"np\": %d, "
                 "\"buffers\": \"%s\", \"iters\": %d, \"warmup\": %d, "
                 "\"check\": %s, \"vary\": %s,\n  \"rows\": [", nranks,
-                o->activated ? "activated" : "malloc", o->iters, o->warmup,
+                buffer_kind_names[o->buffers], o->iters, o->warmup,
                 o->check ? "true" : "false", o->vary ? "true" : "false");
     }
 }
@@ -1373,7 +1403,7 @@ int main(int argc, char **argv)
     /* Report MPI failures with their message instead of aborting blind. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     b.ctl = control_comm();
-    buffers_init(&b.buffers, o.activated, o.huge, o.max_bytes);
+    buffers_init(&b.buffers, o.buffers, o.max_bytes);
     if (b.rank == 0) {
         print_header(&o, b.nranks, &b.buffers);
         sinks_open(&b.sinks, &o, b.nranks);
