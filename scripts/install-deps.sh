@@ -13,6 +13,8 @@ packages=(
   valgrind                     # memory checks in the test suite
   gnuplot-nox                  # bench plots
   iproute2 util-linux          # the emulated cluster (ip; unshare, nsenter, taskset)
+  python3-mpi4py python3-numpy # the Python module (python/zcopy), its tests
+                               # and examples/train_data_parallel.py
 )
 
 missing=()
