@@ -934,6 +934,7 @@ static void arena_fini(buffers_t *b)
 static void alloc_mem_init(buffers_t *b, size_t half)
 {
     MPI_Info info;
+    int active = 0;
 
     MPI_Info_create(&info);
     MPI_Info_set(info, "mpool_hints", "zcopy");
@@ -941,6 +942,12 @@ static void alloc_mem_init(buffers_t *b, size_t half)
     check_mpi(MPI_Alloc_mem((MPI_Aint)half, info, &b->recv), "MPI_Alloc_mem");
     MPI_Info_free(&info);
     b->size = 2 * half;
+    /* Rows labelled alloc_mem must not be fallback rows in disguise. */
+    check_mpi(MPIX_Zcopy_query(MPI_COMM_WORLD, b->send, half, &active),
+              "MPIX_Zcopy_query");
+    if (!active)
+        die("MPI_Alloc_mem with mpool_hints=zcopy returned memory that is "
+            "not activated: is mpool/zcopy on the component path?");
 }
 
 static void buffers_init(buffers_t *b, buffer_kind_t kind, size_t max_bytes)

@@ -9,17 +9,22 @@
  * name it ("zcopy" or "mpool=zcopy"); the memory itself is libzcopy's pool
  * (src/pool/pool.h).
  *
- * A pool allocation must outlive its MPI_Free_mem in one respect: Open
- * MPI's MPI_Free_mem hands any pointer its allocation tree does not know to
- * free(3), so a second MPI_Free_mem of pool memory would give glibc a
- * pointer it never allocated. For each freed address the component leaves
- * a marker in the tree, found by that address but filed under a key that
- * no node has (the address plus one): Open MPI's own delete of it then
- * fails and MPI_Free_mem raises MPI_ERR_NO_MEM, its answer to a bad base,
- * with nothing changed. A marker goes when the pool hands the address out
- * again, when its block is released, or to make room once MARKERS_MAX
- * are held (a later bad free of that address goes to free(3), as it would
- * without zcopy).
+ * Two things Open MPI 4.1 does shape the rest:
+ * - MPI_Free_mem hands any pointer its allocation tree does not know to
+ *   free(3), so a second MPI_Free_mem of pool memory would give glibc a
+ *   pointer it never allocated. For each freed address the component
+ *   leaves a marker in the tree, found by that address but filed under a
+ *   key no node has (the address plus one): Open MPI's own delete of it
+ *   then fails and MPI_Free_mem raises MPI_ERR_NO_MEM, its answer to a bad
+ *   base, with nothing changed. A marker goes when the pool hands the
+ *   address out again, when the pool gives the address space back to the
+ *   kernel (it keeps released blocks' reservations for a while, so that
+ *   nobody else gets those addresses meanwhile), or to make room once
+ *   MARKERS_MAX are held (a later bad free of it goes to free(3), as it
+ *   would without zcopy).
+ * - Under mpool_base_default_hints, Open MPI's own free lists take their
+ *   payload from this module, at any time, also from progress runs that
+ *   zcopy's waits start: those the pool cannot serve get ordinary memory.
  */
 #include "opal_config.h"
 
@@ -32,6 +37,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -72,24 +78,28 @@ mca_mpool_zcopy_component_t mca_mpool_zcopy_component = {
     .priority = 100,
 };
 
-/* The markers of freed addresses (see the top of the file). Per process,
- * as Open MPI's tree is. */
+/* The markers of freed addresses (see the top of the file), and the lock
+ * that makes "free, then leave a marker" and "allocate, then drop the
+ * marker" one step each: between the two, another thread could be handed
+ * the address and file it in the tree. Per process, as Open MPI's tree is. */
 static struct {
     pthread_mutex_t lock;
     mca_mpool_base_tree_item_t *item[MARKERS_MAX];
     size_t count;
-    bool closed;                  /* Open MPI's tree is gone or going */
-    bool failure_reported;        /* an MPI_Alloc_mem fell back to malloc */
+    bool enabled;                 /* off once the tree is going, or while
+                                     Open MPI reports MPI_Alloc_mem leaks */
+    bool failure_reported;        /* an allocation got ordinary memory */
 } marks = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* --- markers ------------------------------------------------------------ */
+/* --- markers (under marks.lock) ----------------------------------------- */
 
 static void *marker_addr(const mca_mpool_base_tree_item_t *m)
 {
     return (char *)m->key - 1;
 }
 
-/* Takes marker @k out of the tree and the list (under marks.lock). */
+/* A marker remembers its place in marks.item in num_bytes, the field Open
+ * MPI reads only for its leak report (markers are off during those). */
 static void marker_drop(size_t k)
 {
     mca_mpool_base_tree_item_t *m = marks.item[k];
@@ -97,72 +107,93 @@ static void marker_drop(size_t k)
     m->key = marker_addr(m); /* the key it was filed under */
     mca_mpool_base_tree_delete(m);
     mca_mpool_base_tree_item_put(m);
-    marks.item[k] = marks.item[--marks.count];
+    if (k != --marks.count) {
+        marks.item[k] = marks.item[marks.count];
+        marks.item[k]->num_bytes = k;
+    }
 }
 
 static void marker_add(void *addr)
 {
     mca_mpool_base_tree_item_t *m;
 
-    pthread_mutex_lock(&marks.lock);
-    if (marks.closed)
-        goto out;
+    if (!marks.enabled)
+        return;
     m = mca_mpool_base_tree_item_get();
     if (m == NULL)
-        goto out; /* a later bad free goes to free(3), as without zcopy */
+        return; /* a later bad free goes to free(3), as without zcopy */
     m->key = addr;
     m->mpool = &zcopy_module;
-    m->num_bytes = 0;
     m->count = 0;
     if (mca_mpool_base_tree_insert(m) != OPAL_SUCCESS) {
         mca_mpool_base_tree_item_put(m);
-        goto out;
+        return;
     }
     m->key = (char *)addr + 1;
     if (marks.count == MARKERS_MAX)
         marker_drop(0);
+    m->num_bytes = marks.count;
     marks.item[marks.count++] = m;
-out:
-    pthread_mutex_unlock(&marks.lock);
 }
 
-/* Drops the marker of @addr, and with @released those whose block the pool
- * no longer holds (their addresses may now be anyone's). */
-static void markers_forget(void *addr, bool released)
+/* The marker of @addr, if the pool handed the address out again. */
+static void marker_forget(void *addr)
 {
-    pthread_mutex_lock(&marks.lock);
-    for (size_t k = marks.count; k-- > 0;) {
-        void *at = marker_addr(marks.item[k]);
+    mca_mpool_base_tree_item_t *m;
 
-        if (at == addr || (released && !zcopy_pool_contains(at)))
+    if (marks.count == 0)
+        return;
+    m = mca_mpool_base_tree_find(addr);
+    if (m != NULL && m->mpool == &zcopy_module && marker_addr(m) == addr)
+        marker_drop(m->num_bytes);
+}
+
+/* Markers on addresses the pool gave back to the kernel: anyone may be
+ * handed those now. */
+static void markers_sweep(void)
+{
+    for (size_t k = marks.count; k-- > 0;)
+        if (!zcopy_pool_contains(marker_addr(marks.item[k])))
             marker_drop(k);
-    }
-    pthread_mutex_unlock(&marks.lock);
 }
 
 /* --- module ------------------------------------------------------------- */
 
+/* Ordinary memory, for what the pool cannot serve: Open MPI's own free
+ * lists have no fallback of their own. */
+static void *plain_alloc(size_t size, size_t align)
+{
+    void *p = NULL;
+
+    if (align < sizeof(void *))
+        align = sizeof(void *);
+    return posix_memalign(&p, align, size) == 0 ? p : NULL;
+}
+
 static void *zcopy_alloc(mca_mpool_base_module_t *module, size_t size,
                          size_t align, uint32_t flags)
 {
+    zcopy_status_t st;
     void *p = NULL;
 
     (void)module;
     (void)flags;
-    if (zcopy_pool_alloc(size, align, &p) != ZCOPY_SUCCESS) {
-        /* Open MPI answers with malloc'd memory: say so once, since every
-         * collective on it will fall back. */
-        pthread_mutex_lock(&marks.lock);
-        if (!marks.failure_reported)
-            opal_output(0, "mpool/zcopy: no activated memory for %zu bytes "
-                           "(%s); MPI_Alloc_mem returns ordinary memory",
-                        size, zcopy_error_detail());
+    /* Called back from inside zcopy, perhaps under its locks. */
+    if (zcopy_pool_reentered())
+        return plain_alloc(size, align);
+    pthread_mutex_lock(&marks.lock);
+    st = zcopy_pool_alloc(size, align, &p);
+    if (st == ZCOPY_SUCCESS) {
+        marker_forget(p);
+    } else if (!marks.failure_reported) {
+        /* Every collective on this memory will fall back: say so once. */
+        opal_output(0, "mpool/zcopy: no activated memory for %zu bytes "
+                       "(%s); ordinary memory instead", size,
+                    zcopy_error_detail());
         marks.failure_reported = true;
-        pthread_mutex_unlock(&marks.lock);
-        return NULL;
     }
-    markers_forget(p, false);
-    return p;
+    pthread_mutex_unlock(&marks.lock);
+    return p != NULL ? p : plain_alloc(size, align);
 }
 
 static void zcopy_free(mca_mpool_base_module_t *module, void *addr)
@@ -170,13 +201,18 @@ static void zcopy_free(mca_mpool_base_module_t *module, void *addr)
     (void)module;
     if (addr == NULL) /* free lists without payload free that */
         return;
-    if (zcopy_pool_free(addr) != ZCOPY_SUCCESS) {
+    pthread_mutex_lock(&marks.lock);
+    if (zcopy_pool_free(addr) == ZCOPY_SUCCESS) {
+        markers_sweep();
+        if (zcopy_pool_contains(addr))
+            marker_add(addr);
+    } else if (!zcopy_pool_contains(addr)) {
+        free(addr); /* from plain_alloc */
+    } else {
         /* Only Open MPI calls this, with what zcopy_alloc returned. */
         opal_output(0, "mpool/zcopy: %s", zcopy_error_detail());
-        return;
     }
-    markers_forget(addr, !zcopy_pool_contains(addr));
-    marker_add(addr);
+    pthread_mutex_unlock(&marks.lock);
 }
 
 static mca_mpool_base_module_t zcopy_module = {
@@ -223,9 +259,25 @@ static void stay_loaded(void)
         (void)dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
+/* Open MPI's leak report (mpi_show_mpi_alloc_mem_leaks) lists every item
+ * of its tree, markers too: no markers while it is on. */
+static bool leak_report_on(void)
+{
+    const int *value = NULL;
+    int index = mca_base_var_find("ompi", "mpi", NULL,
+                                  "show_mpi_alloc_mem_leaks");
+
+    return index >= 0 &&
+           mca_base_var_get_value(index, &value, NULL, NULL) == OPAL_SUCCESS &&
+           value != NULL && *value != 0;
+}
+
 static int zcopy_open(void)
 {
     stay_loaded();
+    pthread_mutex_lock(&marks.lock);
+    marks.enabled = !leak_report_on();
+    pthread_mutex_unlock(&marks.lock);
     zcopy_pool_set_block_size(mca_mpool_zcopy_component.block_size);
     return OPAL_SUCCESS;
 }
@@ -235,7 +287,7 @@ static int zcopy_close(void)
     pthread_mutex_lock(&marks.lock);
     while (marks.count > 0)
         marker_drop(marks.count - 1);
-    marks.closed = true;
+    marks.enabled = false;
     pthread_mutex_unlock(&marks.lock);
     zcopy_pool_trim();
     return OPAL_SUCCESS;

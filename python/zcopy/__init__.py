@@ -155,5 +155,7 @@ def empty(shape, dtype=float, comm=MPI.COMM_WORLD):
         pass
 
     owner = _Owner.from_buffer(mem)
-    weakref.finalize(owner, _free, mem)
+    # Not at interpreter exit: arrays of modules may outlive the finalizers
+    # there; MPI_Finalize copes with memory still allocated.
+    weakref.finalize(owner, _free, mem).atexit = False
     return np.frombuffer(owner, dtype=dtype, count=count).reshape(shape)

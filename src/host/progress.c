@@ -10,3 +10,7 @@ zcopy_progress_hooks_t zcopy_progress_hooks = {
     .progress = no_progress,
     .want_progress = no_progress,
 };
+
+/* Per thread: a progress run belongs to the thread whose wait started it. */
+_Thread_local unsigned zcopy_host_progress_depth
+    __attribute__((tls_model("initial-exec")));

@@ -22,9 +22,18 @@ typedef struct {
  * has one progress loop, hence one global. */
 extern zcopy_progress_hooks_t zcopy_progress_hooks;
 
+/* How deep this thread is in progress runs that zcopy's own waits started.
+ * Whatever the library's progress calls back meanwhile (a free list of the
+ * MPI library growing through the MPI_Alloc_mem pool) runs under locks a
+ * wait may hold, and must not take them again (pool/pool.c). */
+extern _Thread_local unsigned zcopy_host_progress_depth
+    __attribute__((tls_model("initial-exec")));
+
 static inline void zcopy_host_progress(void)
 {
+    zcopy_host_progress_depth++;
     zcopy_progress_hooks.progress();
+    zcopy_host_progress_depth--;
 }
 
 static inline void zcopy_host_want_progress(void)

@@ -7,6 +7,8 @@
  */
 #include "pool/pool.h"
 #include "api/activation.h"
+#include "comm/comm.h"
+#include "host/progress.h"
 #include "topo/topo.h"
 
 #include <pthread.h>
@@ -28,6 +30,16 @@ typedef struct {
 } pool_block_t;
 
 #define NODE_UNKNOWN (-2)
+#define RETIRED_MAX 64
+
+/* The address space of a released block, kept reserved (PROT_NONE, no
+ * pages) so that nobody else is handed its addresses while the mpool
+ * component still answers for them (a second MPI_Free_mem), and so that a
+ * block of the same size can be placed there again without a new mmap. */
+typedef struct {
+    uintptr_t base;
+    size_t size;
+} pool_retired_t;
 
 /* One pool per process, like the registry it fills: MPI_Alloc_mem belongs
  * to no communicator, and Open MPI holds one mpool module per process. */
@@ -37,6 +49,8 @@ static struct {
     size_t nblocks, cap;
     size_t block_size;
     int node;                     /* NUMA node of new blocks, -1 any */
+    pool_retired_t retired[RETIRED_MAX]; /* oldest first */
+    size_t nretired;
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER,
            .block_size = ZCOPY_POOL_DEFAULT_BLOCK, .node = NODE_UNKNOWN };
 
@@ -113,8 +127,38 @@ static void bitmaps_free(pool_block_t *b)
     free(b->head);
 }
 
-/* Reserve, set as a pool range, back, map, activate: undone in reverse on
- * any failure. */
+/* A retired reservation of exactly @size whose base meets @align, taken
+ * off the list; 0 if none. */
+static uintptr_t retired_take(size_t size, size_t align)
+{
+    for (size_t i = 0; i < pool.nretired; i++) {
+        pool_retired_t r = pool.retired[i];
+
+        if (r.size != size || !zcopy_is_aligned(r.base, align))
+            continue;
+        memmove(&pool.retired[i], &pool.retired[i + 1],
+                (pool.nretired - i - 1) * sizeof(r));
+        pool.nretired--;
+        return r.base;
+    }
+    return 0;
+}
+
+/* Keeps the reservation of a released block; the oldest kept one goes back
+ * to the kernel when the list is full. */
+static void retired_add(uintptr_t base, size_t size)
+{
+    if (pool.nretired == RETIRED_MAX) {
+        zcopy_mem_release((void *)pool.retired[0].base);
+        memmove(&pool.retired[0], &pool.retired[1],
+                (RETIRED_MAX - 1) * sizeof(pool.retired[0]));
+        pool.nretired--;
+    }
+    pool.retired[pool.nretired++] = (pool_retired_t){ base, size };
+}
+
+/* Reserve (or reuse a retired reservation), set as a pool range, back,
+ * map, activate: undone in reverse on any failure. */
 static zcopy_status_t block_create(size_t size, size_t align, bool shared,
                                    pool_block_t *b)
 {
@@ -136,9 +180,12 @@ static zcopy_status_t block_create(size_t size, size_t align, bool shared,
             return zcopy_error(ZCOPY_ERR_NOMEM, "pool: out of memory");
         }
     }
-    st = zcopy_mem_reserve(&va, size, align > gran ? align : 0, NULL, 0);
-    if (st != ZCOPY_SUCCESS)
-        goto fail_bitmaps;
+    va = (void *)retired_take(size, align > gran ? align : gran);
+    if (va == NULL) {
+        st = zcopy_mem_reserve(&va, size, align > gran ? align : 0, NULL, 0);
+        if (st != ZCOPY_SUCCESS)
+            goto fail_bitmaps;
+    }
     b->base = (uintptr_t)va;
     st = zcopy_registry_set_range(b->base, size, ZCOPY_OWNER_POOL);
     if (st != ZCOPY_SUCCESS)
@@ -163,12 +210,13 @@ fail_free:
 fail_unset:
     zcopy_registry_unset_range(b->base, ZCOPY_OWNER_POOL);
 fail_release:
-    zcopy_mem_release(va);
+    retired_add(b->base, size);
 fail_bitmaps:
     bitmaps_free(b);
     return st;
 }
 
+/* Deactivates and frees the block's pages; its reservation is retired. */
 static void block_destroy(pool_block_t *b)
 {
     void *va = (void *)b->base;
@@ -182,8 +230,8 @@ static void block_destroy(pool_block_t *b)
     if (st == ZCOPY_SUCCESS)
         st = zcopy_registry_unset_range(b->base, ZCOPY_OWNER_POOL);
     if (st == ZCOPY_SUCCESS)
-        st = zcopy_mem_release(va);
-    if (st != ZCOPY_SUCCESS) /* nothing the pool did can cause this */
+        retired_add(b->base, b->size);
+    else /* nothing the pool did can cause this */
         zcopy_log(ZCOPY_LOG_WARN, "pool", "releasing block [%p, +%zu): %s",
                   va, b->size, zcopy_error_detail());
     bitmaps_free(b);
@@ -294,6 +342,13 @@ static zcopy_status_t alloc_whole(size_t size, size_t align, void **p)
     return ZCOPY_SUCCESS;
 }
 
+/* A wait's progress run, or an MPI call zcopy made, may hold locks that a
+ * new block takes (UCX registration, the export table). */
+ZCOPY_COMPONENT_API bool zcopy_pool_reentered(void)
+{
+    return zcopy_host_progress_depth > 0 || zcopy_internal_active();
+}
+
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_alloc(size_t size, size_t align,
                                                     void **p)
 {
@@ -301,6 +356,8 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_alloc(size_t size, size_t align,
     zcopy_status_t st;
 
     *p = NULL;
+    if (zcopy_pool_reentered())
+        return zcopy_error(ZCOPY_ERR_BUSY, "pool: called from inside zcopy");
     if (size == 0)
         return zcopy_error(ZCOPY_ERR_ARG, "pool: size is 0");
     if (align & (align - 1))
@@ -381,10 +438,14 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_free(void *p)
 
 ZCOPY_COMPONENT_API bool zcopy_pool_contains(const void *p)
 {
+    uintptr_t addr = (uintptr_t)p;
     bool found;
 
     pthread_mutex_lock(&pool.lock);
-    found = block_find((uintptr_t)p) >= 0;
+    found = block_find(addr) >= 0;
+    for (size_t i = 0; i < pool.nretired && !found; i++)
+        found = zcopy_range_inside(addr, 1, pool.retired[i].base,
+                                   pool.retired[i].size);
     pthread_mutex_unlock(&pool.lock);
     return found;
 }
@@ -402,6 +463,8 @@ ZCOPY_COMPONENT_API void zcopy_pool_trim(void)
     for (size_t i = pool.nblocks; i-- > 0;)
         if (pool.blocks[i].nlive == 0)
             block_remove(i);
+    while (pool.nretired > 0)
+        zcopy_mem_release((void *)pool.retired[--pool.nretired].base);
     if (pool.nblocks == 0) {
         free(pool.blocks);
         pool.blocks = NULL;

@@ -7,8 +7,11 @@
  * nearest to the process. Small requests share blocks, cut in 64-byte
  * units, so 10,000 allocations of 64 bytes cost one block, one mapping per
  * peer and one UCX registration instead of 10,000; a request larger than
- * half a block gets a block of its own, released when it is freed. An
- * emptied shared block is released unless it is the only empty one.
+ * half a block, or aligned beyond a page, gets a block of its own,
+ * released when it is freed. An emptied shared block is released unless it
+ * is the only empty one. A released block's pages go at once; its address
+ * space stays reserved (the last RETIRED_MAX of them), for a later block of
+ * the same size and so that its addresses stay the pool's.
  *
  * Every allocation starts on a 64-byte boundary (more than malloc's
  * promise), or on its requested power-of-two alignment.
@@ -26,19 +29,27 @@
 ZCOPY_COMPONENT_API void zcopy_pool_set_block_size(size_t bytes);
 
 /* @align: 0 or a power of two. *@p is NULL on failure (the cause in the
- * error detail). */
+ * error detail); ZCOPY_ERR_BUSY when called back from inside zcopy (a
+ * wait's progress run, an MPI call of zcopy's), where a new block could
+ * deadlock: the caller serves such requests from ordinary memory. */
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_alloc(size_t size, size_t align,
                                                     void **p);
+
+/* True on a thread that is inside zcopy (a wait's progress run, an MPI
+ * call of zcopy's) and called back: zcopy_pool_alloc answers BUSY there. */
+ZCOPY_COMPONENT_API bool zcopy_pool_reentered(void);
 
 /* ZCOPY_ERR_NOT_FOUND, with nothing changed, when @p is not the start of a
  * live allocation: freed already, inside one, or not from the pool. */
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_free(void *p);
 
-/* True when @p lies in a block of the pool (live or not). */
+/* True when @p lies in a block of the pool or a retired reservation:
+ * addresses nobody but the pool hands out. */
 ZCOPY_COMPONENT_API bool zcopy_pool_contains(const void *p);
 
-/* Releases every block without live allocations (at component close).
- * Blocks still in use stay, activated, for the rest of the process. */
+/* Releases every block without live allocations, and every retired
+ * reservation (at component close). Blocks still in use stay, activated,
+ * for the rest of the process. */
 ZCOPY_COMPONENT_API void zcopy_pool_trim(void);
 
 typedef struct {

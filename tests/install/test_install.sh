@@ -14,6 +14,7 @@ compdir=$(sed -n 's/^ZCOPY_OMPI_COMPONENT_DIR:PATH=//p' "$build/CMakeCache.txt")
 root=$dest$prefix
 libdir=$(dirname "$(find "$root" -name 'libzcopy.so' | head -n1)")
 test -f "$dest$compdir/mca_coll_zcopy.so"
+test -f "$dest$compdir/mca_mpool_zcopy.so"
 test -f "$root/include/mpix_zcopy.h" && test -f "$root/include/zcopy/mem.h"
 
 # The installed files name their final prefix; DESTDIR moves them, so
@@ -44,4 +45,17 @@ for app in "$work/app-pc" "$work/build/app-cmake"; do
   # The installed component must have run the collectives zero-copy.
   grep -Eq 'correct; zero-copy calls [1-9]' <<<"$out"
 done
+# The installed Python module and example, on MPI_Alloc_mem memory from
+# the installed mpool component. (The module's recorded library path is the
+# final prefix; under DESTDIR it finds the library by soname.)
+pydir=$(sed -n 's/^ZCOPY_PYTHON_DIR:STRING=//p' "$build/CMakeCache.txt")
+python=$(sed -n 's/^ZCOPY_PYTHON3:FILEPATH=//p' "$build/CMakeCache.txt")
+if [[ -n $pydir && -n $python ]]; then
+  test -f "$root/$pydir/zcopy/__init__.py"
+  out=$(PYTHONPATH=$root/$pydir mpirun --allow-run-as-root --oversubscribe \
+        -x PYTHONPATH -np 2 "$python" \
+        "$root/share/zcopy/examples/train_data_parallel.py" --steps 5 --check)
+  echo "train_data_parallel.py: ${out##*$'\n'}"
+  grep -q 'results match the serial computation' <<<"$out"
+fi
 echo "1 passed, 0 failed"

@@ -17,12 +17,20 @@
  *     overlapping, each usable in a zero-copy allreduce, and together they
  *     add only a few mappings to the process;
  *   - a second MPI_Free_mem of the same pointer is an MPI error (class
- *     MPI_ERR_NO_MEM, Open MPI's answer to a bad base) and changes nothing;
+ *     MPI_ERR_NO_MEM, Open MPI's answer to a bad base) and changes nothing,
+ *     for a small allocation and for one with a block of its own;
+ *   - threads (MPI_THREAD_MULTIPLE): two threads allocating and freeing at
+ *     once never see a correct MPI_Free_mem refused;
  *   - zcopy's own calls cannot take pool memory apart: deactivating it or
- *     setting a range over it is MPI_ERR_ARG, and it stays activated.
+ *     setting a range over it is MPI_ERR_ARG, and it stays activated;
+ *   - churn: 20,000 allocations and frees of random sizes (8 B to 3 MiB,
+ *     both kinds of block) in random order, each filled with its own
+ *     pattern and checked before its free, so an overlap or a unit handed
+ *     out twice shows; every one activated and 64-byte aligned.
  */
 #include "testutil.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,17 +153,23 @@ static void test_many_small(void)
     free(p);
 }
 
-static void test_double_free(void)
+static void free_twice(void *p, const char *what)
 {
-    double *keep = alloc(4096), *gone = alloc(4096);
     int rc, cls = MPI_SUCCESS;
 
-    ZT_CHECK(MPI_Free_mem(gone) == MPI_SUCCESS, "first MPI_Free_mem");
-    rc = MPI_Free_mem(gone);
+    ZT_CHECK(MPI_Free_mem(p) == MPI_SUCCESS, "first MPI_Free_mem of %s", what);
+    rc = MPI_Free_mem(p);
     MPI_Error_class(rc, &cls);
-    ZT_CHECK(cls == MPI_ERR_NO_MEM,
-             "second MPI_Free_mem of one pointer: class %d, want "
-             "MPI_ERR_NO_MEM", cls);
+    ZT_CHECK(cls == MPI_ERR_NO_MEM, "second MPI_Free_mem of %s: class %d, "
+             "want MPI_ERR_NO_MEM", what, cls);
+}
+
+static void test_double_free(void)
+{
+    double *keep = alloc(4096);
+
+    free_twice(alloc(4096), "a small allocation");
+    free_twice(alloc(BIG_COUNT * sizeof(double)), "a block of its own");
     /* Nothing changed: the neighbour is still live and zero-copy. */
     ZT_CHECK(activated(keep, 4096), "neighbour still activated");
     allreduce_check(keep, 512, 7.0, true, "allreduce after a bad free");
@@ -182,6 +196,103 @@ static void test_api_cannot_take_apart(void)
     MPI_Free_mem(a);
 }
 
+typedef struct {
+    uint8_t *p;
+    size_t bytes;
+    uint8_t tag;
+} live_t;
+
+/* xorshift32: the same sequence on every machine. */
+static unsigned next_random(unsigned *state)
+{
+    unsigned x = *state;
+
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *state = x;
+}
+
+static bool pattern_holds(const live_t *l)
+{
+    for (size_t i = 0; i < l->bytes; i++)
+        if (l->p[i] != (uint8_t)(l->tag + i))
+            return false;
+    return true;
+}
+
+static void test_churn(void)
+{
+    enum { OPS = 20000, LIVE = 256 };
+    live_t live[LIVE] = { { 0 } };
+    size_t bad_pattern = 0, bad_align = 0, not_active = 0;
+    unsigned seed = 12345u + (unsigned)rank;
+
+    for (int op = 0; op < OPS; op++) {
+        live_t *l = &live[next_random(&seed) % LIVE];
+
+        if (l->p != NULL) {
+            bad_pattern += !pattern_holds(l);
+            ZT_CHECK(MPI_Free_mem(l->p) == MPI_SUCCESS, "churn free");
+            l->p = NULL;
+            continue;
+        }
+        /* Mostly small, some near the shared/whole boundary, a few whole. */
+        switch (next_random(&seed) % 16) {
+        case 0: l->bytes = (2u << 20) + (size_t)(next_random(&seed) % (1u << 20)); break;
+        case 1: l->bytes = (1u << 20) + (size_t)(next_random(&seed) % (1u << 20)); break;
+        default: l->bytes = 8 + (size_t)(next_random(&seed) % 4096); break;
+        }
+        l->p = alloc(l->bytes);
+        l->tag = (uint8_t)op;
+        bad_align += (uintptr_t)l->p % 64 != 0;
+        not_active += !activated(l->p, l->bytes);
+        for (size_t i = 0; i < l->bytes; i++)
+            l->p[i] = (uint8_t)(l->tag + i);
+    }
+    for (int k = 0; k < LIVE; k++)
+        if (live[k].p != NULL) {
+            bad_pattern += !pattern_holds(&live[k]);
+            MPI_Free_mem(live[k].p);
+        }
+    ZT_CHECK(bad_pattern == 0, "churn: %zu allocations lost their pattern "
+             "(overlap)", bad_pattern);
+    ZT_CHECK(bad_align == 0, "churn: %zu allocations not 64-byte aligned",
+             bad_align);
+    ZT_CHECK(not_active == 0, "churn: %zu allocations not activated",
+             not_active);
+}
+
+enum { THREAD_OPS = 100000 };
+
+static void *churn_thread(void *arg)
+{
+    size_t *refused = arg;
+
+    for (int i = 0; i < THREAD_OPS; i++) {
+        void *p = alloc(SMALL_BYTES);
+        *refused += MPI_Free_mem(p) != MPI_SUCCESS;
+    }
+    return NULL;
+}
+
+static void test_threads(int provided)
+{
+    size_t refused[2] = { 0, 0 };
+    pthread_t t;
+
+    if (provided < MPI_THREAD_MULTIPLE) {
+        ZT_CHECK(true, "no MPI_THREAD_MULTIPLE: threads case skipped");
+        return;
+    }
+    zt_require(pthread_create(&t, NULL, churn_thread, &refused[0]) == 0,
+               "pthread_create");
+    churn_thread(&refused[1]);
+    pthread_join(t, NULL);
+    ZT_CHECK(refused[0] + refused[1] == 0, "two threads: %zu correct "
+             "MPI_Free_mem calls refused", refused[0] + refused[1]);
+}
+
 static void test_stock(void)
 {
     double *a = alloc(BIG_COUNT * sizeof(double));
@@ -194,7 +305,9 @@ static void test_stock(void)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE;
+
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc != 2 || (strcmp(argv[1], "hint") && strcmp(argv[1], "default") &&
@@ -217,6 +330,8 @@ int main(int argc, char **argv)
         test_many_small();
         test_double_free();
         test_api_cannot_take_apart();
+        test_churn();
+        test_threads(provided);
     }
     if (hints != MPI_INFO_NULL)
         MPI_Info_free(&hints);

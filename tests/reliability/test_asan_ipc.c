@@ -66,14 +66,14 @@ static void require(bool ok, const char *what)
     }
 }
 
-/* The shared libzcopy and the component must not be in this process. */
+/* The shared libzcopy and the components must not be in this process. */
 static void only_this_copy(void)
 {
     FILE *f = fopen("/proc/self/maps", "r");
     char line[4096];
 
     while (f && fgets(line, sizeof(line), f))
-        require(!strstr(line, "libzcopy.so") && !strstr(line, "mca_coll_zcopy"),
+        require(!strstr(line, "libzcopy.so") && !strstr(line, "_zcopy.so"),
                 "running without the shared libzcopy");
     if (f)
         fclose(f);
