@@ -89,6 +89,7 @@ static struct {
     bool enabled;                 /* off once the tree is going, or while
                                      Open MPI reports MPI_Alloc_mem leaks */
     bool failure_reported;        /* an allocation got ordinary memory */
+    uint64_t releases;            /* zcopy_pool_releases() at the last sweep */
 } marks = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* --- markers (under marks.lock) ----------------------------------------- */
@@ -149,9 +150,14 @@ static void marker_forget(void *addr)
 }
 
 /* Markers on addresses the pool gave back to the kernel: anyone may be
- * handed those now. */
+ * handed those now. Rare: the pool keeps the last 64 released ranges. */
 static void markers_sweep(void)
 {
+    uint64_t releases = zcopy_pool_releases();
+
+    if (releases == marks.releases)
+        return;
+    marks.releases = releases;
     for (size_t k = marks.count; k-- > 0;)
         if (!zcopy_pool_contains(marker_addr(marks.item[k])))
             marker_drop(k);

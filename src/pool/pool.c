@@ -51,6 +51,7 @@ static struct {
     int node;                     /* NUMA node of new blocks, -1 any */
     pool_retired_t retired[RETIRED_MAX]; /* oldest first */
     size_t nretired;
+    uint64_t releases;            /* address ranges given back to the kernel */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER,
            .block_size = ZCOPY_POOL_DEFAULT_BLOCK, .node = NODE_UNKNOWN };
 
@@ -150,6 +151,7 @@ static void retired_add(uintptr_t base, size_t size)
 {
     if (pool.nretired == RETIRED_MAX) {
         zcopy_mem_release((void *)pool.retired[0].base);
+        pool.releases++;
         memmove(&pool.retired[0], &pool.retired[1],
                 (RETIRED_MAX - 1) * sizeof(pool.retired[0]));
         pool.nretired--;
@@ -450,6 +452,16 @@ ZCOPY_COMPONENT_API bool zcopy_pool_contains(const void *p)
     return found;
 }
 
+ZCOPY_COMPONENT_API uint64_t zcopy_pool_releases(void)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&pool.lock);
+    n = pool.releases;
+    pthread_mutex_unlock(&pool.lock);
+    return n;
+}
+
 ZCOPY_COMPONENT_API void zcopy_pool_set_block_size(size_t bytes)
 {
     pthread_mutex_lock(&pool.lock);
@@ -463,8 +475,10 @@ ZCOPY_COMPONENT_API void zcopy_pool_trim(void)
     for (size_t i = pool.nblocks; i-- > 0;)
         if (pool.blocks[i].nlive == 0)
             block_remove(i);
-    while (pool.nretired > 0)
+    while (pool.nretired > 0) {
         zcopy_mem_release((void *)pool.retired[--pool.nretired].base);
+        pool.releases++;
+    }
     if (pool.nblocks == 0) {
         free(pool.blocks);
         pool.blocks = NULL;

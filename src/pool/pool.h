@@ -47,6 +47,10 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_pool_free(void *p);
  * addresses nobody but the pool hands out. */
 ZCOPY_COMPONENT_API bool zcopy_pool_contains(const void *p);
 
+/* How many address ranges the pool has given back to the kernel so far:
+ * when it moves, zcopy_pool_contains may have turned false somewhere. */
+ZCOPY_COMPONENT_API uint64_t zcopy_pool_releases(void);
+
 /* Releases every block without live allocations, and every retired
  * reservation (at component close). Blocks still in use stay, activated,
  * for the rest of the process. */

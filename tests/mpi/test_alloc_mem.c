@@ -238,10 +238,17 @@ static void test_churn(void)
             continue;
         }
         /* Mostly small, some near the shared/whole boundary, a few whole. */
-        switch (next_random(&seed) % 16) {
-        case 0: l->bytes = (2u << 20) + (size_t)(next_random(&seed) % (1u << 20)); break;
-        case 1: l->bytes = (1u << 20) + (size_t)(next_random(&seed) % (1u << 20)); break;
-        default: l->bytes = 8 + (size_t)(next_random(&seed) % 4096); break;
+        switch (next_random(&seed) % 64) {
+        case 0:
+            l->bytes = (2u << 20) + (size_t)(next_random(&seed) % (1u << 20));
+            break;
+        case 1:
+        case 2:
+            l->bytes = (1u << 20) + (size_t)(next_random(&seed) % (1u << 20));
+            break;
+        default:
+            l->bytes = 8 + (size_t)(next_random(&seed) % 4096);
+            break;
         }
         l->p = alloc(l->bytes);
         l->tag = (uint8_t)op;
