@@ -28,6 +28,7 @@ typedef struct {
     int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
     int wait_report;              /* coll_zcopy_wait_report, seconds */
     int peer_access;              /* coll_zcopy_peer_access (zcopy_ipc_access_t) */
+    unsigned long streaming_min;  /* coll_zcopy_streaming_min, bytes */
 } mca_coll_zcopy_component_t;
 
 OMPI_MODULE_DECLSPEC extern mca_coll_zcopy_component_t mca_coll_zcopy_component;

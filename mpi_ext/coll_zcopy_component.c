@@ -162,6 +162,15 @@ static int zcopy_register(void)
         MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_9,
         MCA_BASE_VAR_SCOPE_READONLY, &c->small_msg);
 
+    (void)mca_base_component_var_register(
+        &c->super.collm_version, "streaming_min",
+        "Copies of at least this many bytes use streaming stores, which "
+        "bypass the cache; 0 derives it from the last-level cache this "
+        "process shares (half of its size per core), as the server map "
+        "says at coll_zcopy_verbose 10",
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_6,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->streaming_min);
+
     zcopy_register_int("wait_report",
         "Seconds a rank waits inside a zero-copy collective for a peer "
         "before it reports, once, which rank it awaits in which collective "
@@ -175,6 +184,7 @@ static int zcopy_register(void)
                                ? c->verbose : zcopy_config.verbose;
     zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
     zcopy_config.small_msg = c->small_msg;
+    zcopy_config.streaming_min = c->streaming_min;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;
     zcopy_config.peer_access = c->peer_access;

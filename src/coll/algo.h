@@ -87,9 +87,7 @@ static inline void zcopy_slice(size_t count, size_t elem, int r, int n,
     *hi = *hi < count ? *hi : count;
 }
 
-/* Copies of at least this many bytes bypass the cache (copy.c). */
-#define ZCOPY_STREAMING_COPY_MIN (2u << 20)
-
+/* memcpy, with streaming stores from a length the caches decide (copy.c). */
 void zcopy_copy(void *dst, const void *src, size_t len);
 
 /* A copy where at least one side may be a peer's memory. */

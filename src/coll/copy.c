@@ -1,12 +1,14 @@
 /*
- * Bulk copies for the data-movement algorithms. Past a few MiB, the
- * destination will not stay in cache anyway, and ordinary stores first read
- * every destination line they write (a third memory stream); streaming
- * stores skip that read. Measured on this project's test machines: about
- * 1.25x faster at 2 MiB, 1.4x at 16 and 64 MiB, none at 1 MiB (hence the
- * threshold).
+ * Bulk copies for the data-movement algorithms. Once a destination will not
+ * stay in cache anyway, ordinary stores first read every destination line
+ * they write (a third memory stream); streaming stores skip that read. How
+ * long such a copy is depends on the caches: the threshold comes from the
+ * topology layer (zcopy_topo_streaming_min), once per process.
  */
 #include "algo.h"
+#include "topo/topo.h"
+
+#include <stdatomic.h>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -33,10 +35,25 @@ static void copy_streaming(uint8_t *dst, const uint8_t *src, size_t len)
 }
 #endif
 
+/* Computed on the first copy: one machine, and the parameter is set before
+ * any collective runs. Racing first copies compute the same value. */
+static _Atomic size_t streaming_min;
+
+static size_t copy_streaming_min(void)
+{
+    size_t min = atomic_load_explicit(&streaming_min, memory_order_relaxed);
+
+    if (min == 0) {
+        min = zcopy_topo_streaming_min(NULL);
+        atomic_store_explicit(&streaming_min, min, memory_order_relaxed);
+    }
+    return min;
+}
+
 void zcopy_copy(void *dst, const void *src, size_t len)
 {
 #if defined(__x86_64__)
-    if (len >= ZCOPY_STREAMING_COPY_MIN) {
+    if (len >= copy_streaming_min()) {
         copy_streaming(dst, src, len);
         return;
     }

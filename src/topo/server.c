@@ -207,6 +207,25 @@ static const char *device_name(int os_index, char *buf, size_t len)
     return buf;
 }
 
+/* The copy threshold and what it came from. */
+static void streaming_line(void)
+{
+    zcopy_topo_cache_t c;
+    size_t min = zcopy_topo_streaming_min(&c);
+
+    if (zcopy_config.streaming_min > 0)
+        zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
+                  "%zu bytes (coll_zcopy_streaming_min)", min);
+    else if (c.bytes > 0)
+        zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
+                  "%zu bytes (half the L%d cache's share per core: %llu KiB "
+                  "shared by %u cores)", min, c.level,
+                  (unsigned long long)(c.bytes >> 10), c.cores);
+    else
+        zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
+                  "%zu bytes (no cache found in the topology)", min);
+}
+
 static void map_print(const char *scope, int comm_size,
                       const zcopy_topo_rank_t *ranks, size_t stride,
                       const zcopy_topo_server_t *s, const zcopy_topo_rank_t *me)
@@ -236,6 +255,7 @@ static void map_print(const char *scope, int comm_size,
     line_add(&l, "  GPUs:");
     device_list(&l, ZCOPY_MEM_CUDA);
     zcopy_log(ZCOPY_LOG_INFO, "topo", "%s", l.text);
+    streaming_line();
 
     for (int r = 0; r < comm_size; r++) {
         const zcopy_topo_rank_t *x = rank_at(ranks, stride, r);

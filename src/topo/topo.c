@@ -299,3 +299,71 @@ bool zcopy_topo_numa_node_exists(int os_index)
             return true;
     return false;
 }
+
+/* The outermost data cache above the first CPU of @where. */
+static hwloc_obj_t last_cache_above(hwloc_topology_t hw,
+                                    hwloc_const_cpuset_t where)
+{
+    hwloc_obj_t o = hwloc_get_obj_inside_cpuset_by_type(hw, where,
+                                                        HWLOC_OBJ_PU, 0);
+    hwloc_obj_t best = NULL;
+
+    for (; o != NULL; o = o->parent)
+        if (hwloc_obj_type_is_dcache(o->type) &&
+            (best == NULL || o->attr->cache.depth > best->attr->cache.depth))
+            best = o;
+    return best;
+}
+
+zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache)
+{
+    hwloc_bitmap_t binding;
+    const topo_state_t *s;
+    hwloc_obj_t c;
+    int cores;
+
+    ZCOPY_CHECK(topo_get(&s));
+    binding = hwloc_bitmap_alloc();
+    if (binding == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "topology: out of memory");
+    if (hwloc_get_cpubind(s->hw, binding, HWLOC_CPUBIND_PROCESS) != 0 ||
+        hwloc_bitmap_iszero(binding))
+        hwloc_bitmap_copy(binding, hwloc_topology_get_topology_cpuset(s->hw));
+    c = last_cache_above(s->hw, binding);
+    hwloc_bitmap_free(binding);
+    if (c == NULL || c->attr->cache.size == 0)
+        return zcopy_error(ZCOPY_ERR_NOT_FOUND, "topology: no data cache "
+                           "above this process's CPUs");
+    cores = hwloc_get_nbobjs_inside_cpuset_by_type(s->hw, c->cpuset,
+                                                   HWLOC_OBJ_CORE);
+    *cache = (zcopy_topo_cache_t){ .bytes = c->attr->cache.size,
+                                   .level = (int)c->attr->cache.depth,
+                                   .cores = cores > 0 ? (unsigned)cores : 1 };
+    return ZCOPY_SUCCESS;
+}
+
+/* Past this many bytes a copy's destination would not stay in cache for
+ * the next touch (the next collective on the same buffers, the program
+ * reading its result), because the last-level cache holds about its share
+ * per core for each rank: then streaming stores, which skip reading every
+ * destination line first, win. Half of that share, since a copy brings its
+ * source in too. Without a cache to go by, 2 MiB (measured on the
+ * project's first machine, an Intel VM). */
+#define STREAMING_MIN_FALLBACK (2u << 20)
+
+size_t zcopy_topo_streaming_min(zcopy_topo_cache_t *cache)
+{
+    zcopy_topo_cache_t c = { 0 };
+    size_t share;
+
+    if (zcopy_topo_last_cache(&c) != ZCOPY_SUCCESS)
+        c = (zcopy_topo_cache_t){ 0 };
+    if (cache != NULL)
+        *cache = c;
+    if (zcopy_config.streaming_min > 0)
+        return zcopy_config.streaming_min;
+    if (c.bytes == 0)
+        return STREAMING_MIN_FALLBACK;
+    share = (size_t)(c.bytes / c.cores);
+    return share / 2 > 1 ? share / 2 : 1;
+}

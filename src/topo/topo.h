@@ -90,6 +90,21 @@ zcopy_status_t zcopy_topo_nearest_device(zcopy_mem_kind_t kind,
  * when the topology cannot be loaded). */
 bool zcopy_topo_numa_node_exists(int os_index);
 
+/* The outermost data cache above this process's CPUs (its first CPU when
+ * bound to several caches; the machine's first when unbound). */
+typedef struct {
+    uint64_t bytes;
+    int level;                    /* 3 for an L3 */
+    unsigned cores;               /* cores that share it */
+} zcopy_topo_cache_t;
+
+zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache);
+
+/* Bytes from which bulk copies use streaming stores: coll_zcopy_streaming_min
+ * when set, else derived from the last-level cache (topo.c says how); the
+ * cache it went by in *@cache (bytes 0: none found), if not NULL. */
+size_t zcopy_topo_streaming_min(zcopy_topo_cache_t *cache);
+
 /* This process's server and nearest devices; never fails (devices are -1
  * when hwloc cannot tell). */
 void zcopy_topo_rank_self(zcopy_topo_rank_t *rank);

@@ -168,6 +168,39 @@ static void test_synthetic(void)
     }
 }
 
+/* --- the last-level cache and the streaming threshold ------------------- */
+
+/* Each with its [numa]: hwloc 2.9 adding one itself to a synthetic
+ * topology overlaps a memcpy (valgrind says so). */
+static void test_caches(void)
+{
+    zcopy_topo_cache_t c = { 0 };
+
+    /* 16 MiB of L3 over four cores: 4 MiB each, half of it 2 MiB. */
+    use_topology("HWLOC_SYNTHETIC",
+                 "pack:1 [numa] l3:1(size=16777216) l2:4(size=1048576) "
+                 "core:1 pu:1");
+    CHECK_OK(zcopy_topo_last_cache(&c));
+    CHECK(c.level == 3 && c.bytes == 16u << 20 && c.cores == 4);
+    CHECK(zcopy_topo_streaming_min(NULL) == 1u << 21);
+    /* The parameter wins whatever the caches say. */
+    zcopy_config.streaming_min = 12345;
+    CHECK(zcopy_topo_streaming_min(&c) == 12345 && c.bytes == 16u << 20);
+    zcopy_config.streaming_min = 0;
+
+    /* One L2 per core and nothing shared: the share is the whole L2. */
+    use_topology("HWLOC_SYNTHETIC",
+                 "pack:2 [numa] core:2 l2:1(size=1048576) pu:2");
+    CHECK_OK(zcopy_topo_last_cache(&c));
+    CHECK(c.level == 2 && c.bytes == 1u << 20 && c.cores == 1);
+    CHECK(zcopy_topo_streaming_min(NULL) == 1u << 19);
+
+    /* No caches at all: the constant measured on the first machine. */
+    use_topology("HWLOC_SYNTHETIC", "pack:1 [numa] core:2 pu:1");
+    CHECK_ERR(zcopy_topo_last_cache(&c), ZCOPY_ERR_NOT_FOUND, "no data cache");
+    CHECK(zcopy_topo_streaming_min(&c) == 2u << 20 && c.bytes == 0);
+}
+
 /* --- XML written by hwloc, NUMA nodes numbered 8, 9, 0, 1 ----------------- */
 
 static void test_xml_numbering(void)
@@ -411,6 +444,7 @@ int main(void)
         return 1;
     }
     test_synthetic();
+    test_caches();
     test_xml_numbering();
     test_xml_gpus();
     test_this_machine();
