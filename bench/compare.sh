@@ -38,8 +38,8 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
                           costs a job that never activates memory (every
                           call falls back)
   --peers LIST            stock components to run against, comma-separated,
-                          from tuned, sm, han, adapt [tuned; tuned,han with
-                          --cluster]
+                          from tuned, sm, han, adapt [all four; tuned,han
+                          with --cluster]
   --cluster LAYOUT        run on an emulated cluster (tests/cluster/, root
                           only): SxR servers x ranks, or ranks per server
                           (2,1,1); replaces --np
@@ -94,7 +94,7 @@ done
 [[ $buffers =~ ^(activated|huge|alloc_mem|malloc)$ ]] ||
     die "--buffers is activated, huge, alloc_mem or malloc"
 [[ $nps =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --np list: $nps"
-peers=${peers:-$([[ -n $cluster ]] && echo tuned,han || echo tuned)}
+peers=${peers:-$([[ -n $cluster ]] && echo tuned,han || echo tuned,sm,han,adapt)}
 [[ $peers =~ ^(tuned|sm|han|adapt)(,(tuned|sm|han|adapt))*$ ]] ||
     die "--peers: a comma-separated list of tuned, sm, han, adapt"
 IFS=, read -r -a peer_list <<<"$peers"

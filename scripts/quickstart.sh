@@ -23,7 +23,7 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 
 if [[ -x bench/compare.sh ]]; then
-  step "bandwidth on activated buffers: zcopy vs stock Open MPI"
+  step "bandwidth on activated buffers: zcopy vs every stock Open MPI component"
   exec bench/compare.sh --build build -c allreduce,allgather,bcast \
        -b 16 -e 16M --reps 5 -np 2 "$@"
 fi
