@@ -73,6 +73,16 @@ static void zcopy_register_int(const char *name, const char *desc,
         storage);
 }
 
+static void zcopy_register_ulong(const char *name, const char *desc,
+                                 mca_base_var_info_lvl_t level,
+                                 unsigned long *storage)
+{
+    (void)mca_base_component_var_register(
+        &mca_coll_zcopy_component.super.collm_version, name, desc,
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, level,
+        MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
 /* An enumerator, so that ompi_info lists the values and Open MPI rejects
  * a misspelt one itself. */
 static void zcopy_register_enum(const char *name,
@@ -154,22 +164,18 @@ static int zcopy_register(void)
         "Split each host into this many servers by local rank, so that one "
         "machine exercises the inter-server path (1: one server per host)",
         OPAL_INFO_LVL_9, &c->virtual_servers);
-    (void)mca_base_component_var_register(
-        &c->super.collm_version, "small_msg",
+    zcopy_register_ulong("small_msg",
         "Messages of at most this many bytes per rank use latency-optimised "
         "algorithms; larger ones split the work so that all ranks move data "
         "at once",
-        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_9,
-        MCA_BASE_VAR_SCOPE_READONLY, &c->small_msg);
+        OPAL_INFO_LVL_9, &c->small_msg);
 
-    (void)mca_base_component_var_register(
-        &c->super.collm_version, "streaming_min",
+    zcopy_register_ulong("streaming_min",
         "Copies of at least this many bytes use streaming stores, which "
         "bypass the cache; 0 derives it from the last-level cache this "
         "process shares (half of its size per core), as the server map "
         "says at coll_zcopy_verbose 10",
-        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_6,
-        MCA_BASE_VAR_SCOPE_READONLY, &c->streaming_min);
+        OPAL_INFO_LVL_6, &c->streaming_min);
 
     zcopy_register_int("wait_report",
         "Seconds a rank waits inside a zero-copy collective for a peer "

@@ -487,14 +487,3 @@ ZCOPY_COMPONENT_API void zcopy_pool_trim(void)
     pthread_mutex_unlock(&pool.lock);
 }
 
-ZCOPY_COMPONENT_API void zcopy_pool_counts(zcopy_pool_counts_t *counts)
-{
-    *counts = (zcopy_pool_counts_t){ .blocks = 0 };
-    pthread_mutex_lock(&pool.lock);
-    counts->blocks = pool.nblocks;
-    for (size_t i = 0; i < pool.nblocks; i++) {
-        counts->block_bytes += pool.blocks[i].size;
-        counts->allocations += pool.blocks[i].nlive;
-    }
-    pthread_mutex_unlock(&pool.lock);
-}

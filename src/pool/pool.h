@@ -56,12 +56,4 @@ ZCOPY_COMPONENT_API uint64_t zcopy_pool_releases(void);
  * for the rest of the process. */
 ZCOPY_COMPONENT_API void zcopy_pool_trim(void);
 
-typedef struct {
-    size_t blocks;                /* blocks held (activated) */
-    size_t block_bytes;           /* their total size */
-    size_t allocations;           /* live allocations */
-} zcopy_pool_counts_t;
-
-ZCOPY_COMPONENT_API void zcopy_pool_counts(zcopy_pool_counts_t *counts);
-
 #endif

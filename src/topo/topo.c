@@ -257,6 +257,24 @@ static int nearest_of(const zcopy_topo_device_t *devices, int count,
     return best;
 }
 
+/* The CPUs this process may run on, for the caller to free. Read each
+ * time: the application may rebind between two calls. An unbound process,
+ * or one whose binding hwloc cannot read, may run anywhere, so the whole
+ * machine is its place. */
+static zcopy_status_t process_binding(const topo_state_t *s,
+                                      hwloc_bitmap_t *binding_p)
+{
+    hwloc_bitmap_t binding = hwloc_bitmap_alloc();
+
+    if (binding == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "topology: out of memory");
+    if (hwloc_get_cpubind(s->hw, binding, HWLOC_CPUBIND_PROCESS) != 0 ||
+        hwloc_bitmap_iszero(binding))
+        hwloc_bitmap_copy(binding, hwloc_topology_get_topology_cpuset(s->hw));
+    *binding_p = binding;
+    return ZCOPY_SUCCESS;
+}
+
 zcopy_status_t zcopy_topo_nearest_device(zcopy_mem_kind_t kind,
                                          hwloc_const_cpuset_t cpuset,
                                          int *os_index_p)
@@ -274,15 +292,7 @@ zcopy_status_t zcopy_topo_nearest_device(zcopy_mem_kind_t kind,
         *os_index_p = nearest_of(devices, count, cpuset);
         return ZCOPY_SUCCESS;
     }
-    binding = hwloc_bitmap_alloc();
-    if (binding == NULL)
-        return zcopy_error(ZCOPY_ERR_NOMEM, "topology: out of memory");
-    /* Read each time: the application may rebind between two calls. An
-     * unbound process, or one whose binding hwloc cannot read, may run
-     * anywhere, so the whole machine is its place. */
-    if (hwloc_get_cpubind(s->hw, binding, HWLOC_CPUBIND_PROCESS) != 0 ||
-        hwloc_bitmap_iszero(binding))
-        hwloc_bitmap_copy(binding, hwloc_topology_get_topology_cpuset(s->hw));
+    ZCOPY_CHECK(process_binding(s, &binding));
     *os_index_p = nearest_of(devices, count, binding);
     hwloc_bitmap_free(binding);
     return ZCOPY_SUCCESS;
@@ -323,12 +333,7 @@ zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache)
     int cores;
 
     ZCOPY_CHECK(topo_get(&s));
-    binding = hwloc_bitmap_alloc();
-    if (binding == NULL)
-        return zcopy_error(ZCOPY_ERR_NOMEM, "topology: out of memory");
-    if (hwloc_get_cpubind(s->hw, binding, HWLOC_CPUBIND_PROCESS) != 0 ||
-        hwloc_bitmap_iszero(binding))
-        hwloc_bitmap_copy(binding, hwloc_topology_get_topology_cpuset(s->hw));
+    ZCOPY_CHECK(process_binding(s, &binding));
     c = last_cache_above(s->hw, binding);
     hwloc_bitmap_free(binding);
     if (c == NULL || c->attr->cache.size == 0)
