@@ -39,6 +39,7 @@ const char *const zcopy_coll_reason_text[REASON_COUNT] = {
     [REASON_SPAN_IN_PLACE] = "in place across servers",
     [REASON_UCX_BLOCK] = "buffer not inside one UCX-registered block",
     [REASON_SCRATCH] = "no memory for landing or scratch",
+    [REASON_NOTHING_ACTIVATED] = "no memory activated on this rank",
 };
 
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {

@@ -19,6 +19,7 @@ typedef enum {
     REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers */
     REASON_UCX_BLOCK,             /* no UCX-registered block under a buffer */
     REASON_SCRATCH,               /* no landing area or registered scratch */
+    REASON_NOTHING_ACTIVATED,     /* this process has no activated memory */
     REASON_COUNT
 } coll_reason_t;
 

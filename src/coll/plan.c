@@ -234,6 +234,34 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     p->args.sbuf = (uintptr_t)a->sbuf;
 }
 
+/* Whether this rank surely has a non-empty buffer in the call: then, with
+ * nothing activated, planning could only decline it (the buffer is not
+ * activated, or the datatype has no bytes). False for the v-collectives,
+ * whose counts only planning reads, and for a call without data here,
+ * which is eligible wherever its buffers are. */
+static bool plan_surely_has_data(const zcopy_comm_t *zc,
+                                 const zcopy_coll_args_t *a)
+{
+    const bool root = a->root == zc->rank;
+
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+    case ZCOPY_COLL_REDUCE:
+    case ZCOPY_COLL_BCAST:
+        return a->scount > 0;
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+    case ZCOPY_COLL_ALLGATHER:
+    case ZCOPY_COLL_ALLTOALL:
+        return a->rcount > 0;
+    case ZCOPY_COLL_GATHER:
+        return root ? a->rcount > 0 : a->scount > 0;
+    case ZCOPY_COLL_SCATTER:
+        return root ? a->scount > 0 : a->rcount > 0;
+    default:
+        return false;
+    }
+}
+
 /* Fills @p with this rank's arguments and eligibility. */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                      zcopy_algo_t *al, coll_plan_t *p)
@@ -257,6 +285,12 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     memset(p, 0, sizeof(*p));
     if (a->type == ZCOPY_COLL_BARRIER)
         return;
+    /* Before any question about datatypes or ops, so that a job which
+     * never activates memory pays one store per call (SPEC section 4). */
+    if (!zcopy_registry_any_activated() && plan_surely_has_data(zc, a)) {
+        p->args.reason = REASON_NOTHING_ACTIVATED;
+        return;
+    }
     al->ssize = send_significant && (a->sbuf != MPI_IN_PLACE || reduction)
                     ? zcopy_host.type_elem_bytes(a->stype) : 1;
     al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE

@@ -308,6 +308,11 @@ out:
     return st;
 }
 
+bool zcopy_registry_any_activated(void)
+{
+    return atomic_load_explicit(&reg.hi, memory_order_relaxed) != 0;
+}
+
 bool zcopy_registry_covers_cached(const void *buf, size_t len,
                                   zcopy_covers_cache_t *cache)
 {

@@ -49,6 +49,10 @@ typedef struct {
     unsigned next;
 } zcopy_covers_cache_t;
 
+/* Whether this process has any activated memory at all; a racing
+ * activation may be seen either way, as by zcopy_registry_covers. */
+bool zcopy_registry_any_activated(void);
+
 /* True when [buf, buf + len) lies wholly in activated memory of one range
  * (it may span adjacent blocks). len == 0 is always covered. */
 bool zcopy_registry_covers(const void *buf, size_t len);

@@ -15,10 +15,11 @@
  *   2. Memory activated by ranks 0 and 1 only, with the range set on their
  *      own split. Collectives there run zero-copy (through UCX if 0 and 1
  *      are on different servers); on a split of ranks 0
- *      and 2, where rank 2's buffers are plain memory, they fall back, on
- *      both ranks with the same reason, "send buffer not activated",
- *      whether 0 and 2 share a server or not (under --transport-ipc,
- *      "spans servers" when they do not).
+ *      and 2, where rank 2's buffers are plain memory and it has nothing
+ *      activated, they fall back, on both ranks with the same reason, "no
+ *      memory activated on this rank" (rank 2's), whether 0 and 2 share a
+ *      server or not (under --transport-ipc, "spans servers" when they do
+ *      not).
  *   With --cluster (on an emulated cluster, tests/cluster/), the servers
  *   are real hosts: each is the block of world ranks that share a host
  *   name (mpirun places them by slot), of any size.
@@ -338,7 +339,7 @@ static void test_partial_activation(void)
         int pair_size;
         const char *why = transport_ipc && server_of(0) != server_of(2)
                               ? "spans servers"
-                              : "send buffer not activated";
+                              : "no memory activated on this rank";
         char mine[64], theirs[2][64];
         MPIX_Zcopy_stats s;
 
