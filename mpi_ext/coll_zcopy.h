@@ -24,6 +24,7 @@ typedef struct {
     int verbose;                  /* coll_zcopy_verbose */
     int virtual_servers;          /* coll_zcopy_virtual_servers */
     unsigned long small_msg;      /* coll_zcopy_small_msg */
+    unsigned long inline_max;     /* coll_zcopy_inline_max */
     int yield;                    /* coll_zcopy_yield */
     int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
     int wait_report;              /* coll_zcopy_wait_report, seconds */

@@ -42,6 +42,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .verbose = 0,
     .virtual_servers = 1,
     .small_msg = 16384,
+    .inline_max = 1008,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
@@ -169,6 +170,12 @@ static int zcopy_register(void)
         "algorithms; larger ones split the work so that all ranks move data "
         "at once",
         OPAL_INFO_LVL_9, &c->small_msg);
+    zcopy_register_ulong("inline_max",
+        "Collectives whose payload is at most this many bytes per rank "
+        "(1008 at most) travel in the control plane instead of through "
+        "peer mappings: a copy in and out, and no departure step; 48 at "
+        "most between servers. 0 never does",
+        OPAL_INFO_LVL_9, &c->inline_max);
 
     zcopy_register_ulong("streaming_min",
         "Copies of at least this many bytes use streaming stores, which "
@@ -190,6 +197,7 @@ static int zcopy_register(void)
                                ? c->verbose : zcopy_config.verbose;
     zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
     zcopy_config.small_msg = c->small_msg;
+    zcopy_config.inline_max = c->inline_max;
     zcopy_config.streaming_min = c->streaming_min;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;

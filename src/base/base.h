@@ -65,6 +65,8 @@ typedef struct {
     int verbose;               /* log level, see zcopy_log_level_t */
     int virtual_servers;       /* split one host into N servers (>= 1) */
     size_t small_msg;          /* bytes: below, latency-optimised algorithms */
+    size_t inline_max;         /* bytes per rank: payloads this small travel
+                                  in the control plane (coll/control.h caps) */
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
     int transport;             /* zcopy_transport_t: how peers are reached */
     int wait_report_s;         /* report a peer awaited this long (0: never) */

@@ -9,6 +9,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .verbose = 0,
     .virtual_servers = 1,
     .small_msg = 16384,
+    .inline_max = 1008,
     .wait_report_s = 60,
     .yield_mode = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,

@@ -111,11 +111,13 @@ typedef struct {
     uint32_t virtual_servers;     /* coll_zcopy_virtual_servers */
     uint32_t pad;
     uint64_t small_msg;           /* coll_zcopy_small_msg */
+    uint64_t inline_max;          /* coll_zcopy_inline_max */
 } coll_settings_t;
 
 static const char *const setting_names[] = {
     NULL, "info key mpix_zcopy", "coll_zcopy_transport",
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
+    "coll_zcopy_inline_max",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -128,7 +130,9 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 2;
     if (mine->virtual_servers != root->virtual_servers)
         return 3;
-    return mine->small_msg != root->small_msg ? 4 : 0;
+    if (mine->small_msg != root->small_msg)
+        return 4;
+    return mine->inline_max != root->inline_max ? 5 : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -142,6 +146,7 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .transport = (uint32_t)zcopy_config.transport,
         .virtual_servers = (uint32_t)zcopy_config.virtual_servers,
         .small_msg = zcopy_config.small_msg,
+        .inline_max = zcopy_config.inline_max,
     };
     coll_settings_t root = mine;
     int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;
@@ -272,7 +277,7 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return zcopy_coll_fallback(zc, a->type,
                                    zcopy_coll_reason_text[plan.args.reason]);
     }
-    inline_total = zcopy_coll_inline_bytes(zc, a);
+    inline_total = zcopy_coll_inline_bytes(zc, a, zcopy_coll_inline_limit());
     if (inline_total > 0)
         return zcopy_coll_run_inline(zc, a, &plan, inline_total);
     al.seq = zcopy_ctl_publish(zc->ctl, &plan.args);

@@ -17,8 +17,9 @@
  *   line 0    records by parity: arguments of collective k in rec[k % 2]
  *   line 1    sync: (number of syncs passed << 1) | failed
  *   line 2    arrive: the number of the last collective this rank entered
- *   lines 3-4 inline records by parity: tag and payload in one line
- *   line 5    reasons: (k << 8 | reason) of the collectives declined,
+ *   lines 3-34 inline records by parity, 16 lines each: the tag and the
+ *             first 48 bytes of payload in the first line, the rest after
+ *   line 35   reasons: (k << 8 | reason) of the collectives declined,
  *             in reasons[k % ZCOPY_CTL_REASONS]; read only to word a
  *             fallback, so a rank running far ahead may overwrite one
  *   then      vectors (counts, displacements) of the v-collectives, by
@@ -51,16 +52,22 @@ typedef struct {
     zcopy_ctl_args_t args;
 } zcopy_ctl_record_t;
 
-#define ZCOPY_CTL_INLINE_MAX 48   /* payload bytes that fit a line */
+/* Lines of one inline record, and the payload they hold. */
+#define ZCOPY_CTL_INLINE_LINES 16
+#define ZCOPY_CTL_INLINE_MAX (ZCOPY_CTL_INLINE_LINES * ZCOPY_CACHE_LINE - 16)
 
-/* A tiny collective in one line: the tag (which says eligible) and the
- * payload travel in a single cache-line transfer. */
+/* A small collective's payload in the control plane: the tag (which says
+ * eligible) shares the first line with the first 48 bytes, so the tiniest
+ * calls cost one cache-line transfer; peers read the lines after it once
+ * they see the tag. */
 typedef struct {
     _Atomic uint64_t seq;         /* number of the collective (written last) */
     uint8_t pad[8];
     uint8_t data[ZCOPY_CTL_INLINE_MAX];
 } zcopy_ctl_inline_t;
-static_assert(sizeof(zcopy_ctl_inline_t) == ZCOPY_CACHE_LINE, "one line");
+static_assert(sizeof(zcopy_ctl_inline_t) ==
+                  ZCOPY_CTL_INLINE_LINES * ZCOPY_CACHE_LINE,
+              "whole lines");
 
 #define ZCOPY_CTL_REASONS 8       /* declined collectives remembered */
 
@@ -76,8 +83,9 @@ typedef struct {
 } zcopy_ctl_slot_t;
 static_assert(sizeof(zcopy_ctl_record_t) * 2 == ZCOPY_CACHE_LINE,
               "both records share line 0");
-static_assert(sizeof(zcopy_ctl_slot_t) == 6 * ZCOPY_CACHE_LINE,
-              "slot header is six cache lines, shared between processes");
+static_assert(sizeof(zcopy_ctl_slot_t) ==
+                  (4 + 2 * ZCOPY_CTL_INLINE_LINES) * ZCOPY_CACHE_LINE,
+              "slot header is whole cache lines, shared between processes");
 
 /* What zcopy_ctl_reason() answers when a peer's reason was overwritten. */
 #define ZCOPY_CTL_REASON_UNKNOWN 0xffu

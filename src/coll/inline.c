@@ -1,10 +1,11 @@
 /*
- * Tiny collectives: when every rank's payload of a fixed-size collective
- * fits a control line (at most ZCOPY_CTL_INLINE_MAX bytes), it travels in
- * it: one cache-line transfer per peer instead of an arrival, loads
- * through the mappings and a departure. This copies at most 48 bytes per
- * rank, so these calls are counted in inline_calls as well as zcopy_calls
- * and move no ipc_bytes.
+ * Small collectives: when every rank's payload of a fixed-size collective
+ * fits its inline record (at most coll_zcopy_inline_max bytes, capped by
+ * ZCOPY_CTL_INLINE_MAX), it travels there: the record's lines go to each
+ * peer once, instead of an arrival, loads through the mappings and a
+ * departure. This copies the payload (at most about a kilobyte per rank),
+ * so these calls are counted in inline_calls as well as zcopy_calls and
+ * move no ipc_bytes.
  */
 #include "path.h"
 
@@ -12,15 +13,15 @@
 
 #include <stdio.h>
 
-/* The payload of a collective whose every rank's data fits a control line
- * (at most ZCOPY_CTL_INLINE_MAX bytes) travels in it: one cache-line
- * transfer per peer instead of an arrival, loads through the mappings and
- * a departure. Returns that size, the same on every rank, or 0 when the
- * collective takes the mapped path. Sizes are signature sizes (payload
- * bytes, contiguous or not): what every rank agrees on, since MPI requires
- * matching type signatures. Only arguments MPI declares significant
- * on this rank are read, and they agree across ranks by MPI's rules. */
-size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
+/* The payload of a collective whose every rank's data is at most @limit
+ * bytes travels in the control plane. Returns that size, the same on every
+ * rank, or 0 when the collective takes the mapped path. Sizes are
+ * signature sizes (payload bytes, contiguous or not): what every rank
+ * agrees on, since MPI requires matching type signatures. Only arguments
+ * MPI declares significant on this rank are read, and they agree across
+ * ranks by MPI's rules; @limit is agreed at set-up. */
+size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
+                               const zcopy_coll_args_t *a, size_t limit)
 {
     const bool root = a->root == zc->rank;
     const size_t n = (size_t)zc->size;
@@ -52,7 +53,7 @@ size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     default:
         return 0;
     }
-    return total <= ZCOPY_CTL_INLINE_MAX ? total : 0;
+    return total <= limit ? total : 0;
 }
 
 /* What this rank puts in its line: its input, or nothing. */

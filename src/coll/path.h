@@ -50,7 +50,14 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
 
 /* The tiny-collective path (inline.c): the per-rank payload when the call
  * takes it, else 0; then the call itself. */
-size_t zcopy_coll_inline_bytes(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
+size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
+                               const zcopy_coll_args_t *a, size_t limit);
+/* The limit inside a server: the parameter, within what a record holds. */
+static inline size_t zcopy_coll_inline_limit(void)
+{
+    return zcopy_config.inline_max < ZCOPY_CTL_INLINE_MAX
+               ? zcopy_config.inline_max : ZCOPY_CTL_INLINE_MAX;
+}
 /* Its two halves, shared with the spanning path (span.c), which carries
  * the payload in its arrival instead of a control line: what this rank
  * sends (*len bytes at the result), and the delivery of every rank's. */

@@ -482,7 +482,7 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
 
 /* This rank's arrival: the plan, plus the blocks under its buffers, which
  * peers in other groups need to reach them; or, when every rank's payload
- * is at most ZCOPY_CTL_INLINE_MAX bytes (@inline_total), the payload. */
+ * is at most ZCOPY_SPAN_INLINE_MAX bytes (@inline_total), the payload. */
 static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                           const coll_plan_t *plan, size_t elem,
                           size_t inline_total, zcopy_span_desc_t *d)
@@ -554,7 +554,9 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
             at += (size_t)a->rcounts[r];
         }
     }
-    inline_total = zcopy_coll_inline_bytes(zc, a);
+    inline_total = zcopy_coll_inline_bytes(
+        zc, a, zcopy_coll_inline_limit() < ZCOPY_SPAN_INLINE_MAX
+                   ? zcopy_coll_inline_limit() : ZCOPY_SPAN_INLINE_MAX);
     span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)

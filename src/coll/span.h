@@ -22,6 +22,10 @@
 #include "path.h"
 #include "ucx/ucx.h"
 
+/* Payload bytes per rank an arrival between servers carries: every rank
+ * sends its arrival to every other, so it stays one cache line's worth. */
+#define ZCOPY_SPAN_INLINE_MAX 48
+
 /* A rank's arrival: its arguments and the blocks under its buffers, or,
  * for a tiny collective, its payload itself. */
 typedef struct {
@@ -29,7 +33,7 @@ typedef struct {
     zcopy_ucx_block_desc_t sblock; /* size 0 when the send extent is empty */
     zcopy_ucx_block_desc_t rblock;
     zcopy_ucx_block_desc_t xblock; /* its scratch, when the call uses it */
-    uint8_t inl[ZCOPY_CTL_INLINE_MAX];
+    uint8_t inl[ZCOPY_SPAN_INLINE_MAX];
 } zcopy_span_desc_t;
 
 typedef struct zcopy_span {

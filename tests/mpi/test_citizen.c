@@ -21,8 +21,9 @@
  *              unsigned bytes above 127: zero-copy on activated buffers,
  *              results as MPI defines them
  *   settings   the info key mpix_zcopy on one rank only, and (run as
- *              settings-mca under two MCA values of coll_zcopy_small_msg):
- *              no hang, correct results, a fallback naming the setting
+ *              settings-mca PARAM under two MCA values of PARAM, by
+ *              default coll_zcopy_small_msg): no hang, correct results, a
+ *              fallback naming the setting
  *   release    a peer's freed block is let go of by a process that, after
  *              its last blocking collective, only makes point-to-point and
  *              nonblocking calls (Open MPI's progress loop sweeps too)
@@ -658,6 +659,9 @@ static void allreduce_expect_fallback(MPI_Comm comm, pool_t *pool,
              (unsigned long long)s.fallback_calls, s.last_fallback_reason);
 }
 
+/* The parameter that differs between ranks in settings-mca. */
+static const char *mca_setting = "coll_zcopy_small_msg";
+
 static void run_settings(bool mca)
 {
     pool_t pool;
@@ -667,7 +671,7 @@ static void run_settings(bool mca)
     pool_init(&pool, true, MIB);
     if (mca) {
         MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-        allreduce_expect_fallback(comm, &pool, "coll_zcopy_small_msg");
+        allreduce_expect_fallback(comm, &pool, mca_setting);
     } else {
         MPI_Info_create(&info);
         if (rank == 0)
@@ -906,6 +910,9 @@ static const struct {
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "";
+
+    if (argc > 2)
+        mca_setting = argv[2];
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -40,6 +40,9 @@
 static const zcopy_mem_prop_t host = { .kind = ZCOPY_MEM_HOST, .device = -1 };
 static int rank, nranks;
 static size_t gran, block_bytes, span_bytes;
+/* Ints just above coll_zcopy_inline_max: smaller calls copy through the
+ * control plane and never touch the mappings this test inspects. */
+static size_t min_count;
 static char *res;                 /* the reservation, set as a range */
 static MPI_Comm other;            /* dup of WORLD with zcopy: "any comm" */
 static MPI_Comm quiet;            /* dup of WORLD without zcopy: ordering */
@@ -206,10 +209,11 @@ static void test_remap(int fd0)
 
     for (int k = 0; k < REMAP_CYCLES; k++) {
         /* Sizes on both sides of the small-message threshold, but above
-         * the inline limit (48 bytes), so the data goes through the
-         * mappings this test inspects; data, root and size all change from
-         * one handle to the next. */
-        size_t count = 13 + ((size_t)k * 2477u) % (MAX_COUNT - 12);
+         * the inline limit, so the data goes through the mappings this
+         * test inspects; data, root and size all change from one handle
+         * to the next. */
+        size_t count = min_count + ((size_t)k * 2477u) %
+                                       (MAX_COUNT - min_count + 1);
         zcopy_mem_handle_t h = activate_new(res, block_bytes);
 
         run_suite(res, count, 10 * k + 1, k);
@@ -244,7 +248,7 @@ static void test_release(void)
     int maps;
 
     for (int v = 0; v < nranks; v++) {
-        run_suite(res, 64, 1000 + v, 1000 + v);
+        run_suite(res, min_count, 1000 + v, 1000 + v);
         maps = block_maps();
         ZT_CHECK(maps == nranks, "victim %d, before: %d mappings, expected %d",
                  v, maps, nranks);
@@ -266,7 +270,7 @@ static void test_release(void)
     }
 
     /* Everyone releases: nothing of anyone may stay mapped anywhere. */
-    run_suite(res, 64, 2000, 2000);
+    run_suite(res, min_count, 2000, 2000);
     release(res, h);
     everyone_done();
     MPI_Barrier(other);
@@ -279,7 +283,7 @@ static void test_release(void)
 
 static void test_churn(int fd0)
 {
-    const size_t count = 16;
+    const size_t count = min_count; /* through the mappings */
     const bufs_t b = layout(res);
     int bad_rc = 0, bad_data = 0, bad_maps = 0, maps, fds;
     zcopy_mem_handle_t h;
@@ -407,6 +411,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    min_count = zt_cvar_ulong("coll_zcopy_inline_max", 48) / sizeof(int) + 1;
 
     zt_require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS,
                "granularity");

@@ -148,3 +148,22 @@ const char *zt_stderr_release(void)
     fputs(text, stderr);
     return text;
 }
+
+unsigned long zt_cvar_ulong(const char *name, unsigned long dflt)
+{
+    MPI_T_cvar_handle handle;
+    unsigned long value = dflt;
+    int provided, index, count;
+
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+        return dflt;
+    if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) ==
+            MPI_SUCCESS) {
+        if (count != 1 || MPI_T_cvar_read(handle, &value) != MPI_SUCCESS)
+            value = dflt;
+        MPI_T_cvar_handle_free(&handle);
+    }
+    MPI_T_finalize();
+    return value;
+}

@@ -59,4 +59,9 @@ void zt_require(bool ok, const char *what);
 
 MPIX_Zcopy_stats zt_stats(MPI_Comm comm);
 
+/* The value of an unsigned long MCA parameter as MPI_T's control variable
+ * @name reads it (after MPI_Init, which loads the component); @dflt when
+ * the variable does not exist (stock Open MPI). */
+unsigned long zt_cvar_ulong(const char *name, unsigned long dflt);
+
 #endif
