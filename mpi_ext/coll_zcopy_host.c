@@ -67,9 +67,13 @@ static void host_reduce_local(MPI_Op op, MPI_Datatype type, const void *in,
                    (ompi_datatype_t *)type);
 }
 
-static void host_progress(void)
+/* opal_progress yields when it found nothing to do, if told to when idle
+ * (Open MPI does when ranks outnumber slots); it does not say whether it
+ * found anything, so a busy turn counts as yielded: the next is idle. */
+static bool host_progress(void)
 {
-    (void)opal_progress();
+    opal_progress();
+    return opal_progress_yield_when_idle;
 }
 
 void mca_coll_zcopy_install_host(void)

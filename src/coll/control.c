@@ -96,16 +96,21 @@ static void ctl_wait_check_clock(ctl_wait_t *w, int peer)
  * keep completing, so the MPI library's progress engine runs every few
  * spins (and, through it, zcopy's UCX worker, which a peer's emulated get
  * or put may need). Spin while every rank has a core; when ranks outnumber
- * cores, give the core away quickly, or the rank waited for cannot run. */
+ * cores, give the core away every turn, or the rank waited for cannot run:
+ * once, by the engine's own yield when it has one (measured at np 4 on 2
+ * cores: 10 us per tiny collective, against 19 us yielding twice). */
 static inline void ctl_relax(ctl_wait_t *w, int peer)
 {
     const unsigned n = ++w->spins;
     const bool yielding = w->ctl->yield && n > 8;
+    bool yielded = false;
 
     if (yielding || n % CTL_SPINS_PER_PROGRESS == 0)
-        zcopy_host_progress();
+        yielded = zcopy_host_progress();
     if (n % CTL_SPINS_PER_CLOCK == 0 || (yielding && n % 64 == 0))
         ctl_wait_check_clock(w, peer);
+    if (yielded)
+        return;
     if (yielding || n % 4096 == 0)
         sched_yield();
     else

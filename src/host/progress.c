@@ -2,13 +2,18 @@
  * collectives, hence no waits and no loop to join. */
 #include "host/progress.h"
 
-static void no_progress(void)
+static bool no_progress(void)
+{
+    return false;
+}
+
+static void no_want_progress(void)
 {
 }
 
 zcopy_progress_hooks_t zcopy_progress_hooks = {
     .progress = no_progress,
-    .want_progress = no_progress,
+    .want_progress = no_want_progress,
 };
 
 /* Per thread: a progress run belongs to the thread whose wait started it. */

@@ -10,8 +10,11 @@
 
 typedef struct {
     /* Runs the library's progress engine once; through it, every callback
-     * registered there (zcopy's own, once wanted). */
-    void (*progress)(void);
+     * registered there (zcopy's own, once wanted). True when the engine
+     * found nothing to do and gave the processor away itself (Open MPI
+     * does when ranks outnumber cores), so that a wait does not yield
+     * twice per turn. */
+    bool (*progress)(void);
     /* libzcopy has work for the library's progress loop from now on (UCX
      * started, or a peer's memory imported): the component hooks zcopy's
      * own progress in. Until then a job pays nothing per progress call. */
@@ -29,11 +32,15 @@ extern zcopy_progress_hooks_t zcopy_progress_hooks;
 extern _Thread_local unsigned zcopy_host_progress_depth
     __attribute__((tls_model("initial-exec")));
 
-static inline void zcopy_host_progress(void)
+/* Runs the progress engine; true if it yielded the processor. */
+static inline bool zcopy_host_progress(void)
 {
+    bool yielded;
+
     zcopy_host_progress_depth++;
-    zcopy_progress_hooks.progress();
+    yielded = zcopy_progress_hooks.progress();
     zcopy_host_progress_depth--;
+    return yielded;
 }
 
 static inline void zcopy_host_want_progress(void)
