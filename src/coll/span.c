@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* What every rank tells the others when a spanning communicator is set up. */
 typedef struct {
@@ -25,6 +26,15 @@ static bool same_server(const span_hello_t *a, const span_hello_t *b)
 {
     return a->where.server[0] == b->where.server[0] &&
            a->where.server[1] == b->where.server[1];
+}
+
+static void span_scratch_release(zcopy_span_t *sp)
+{
+    zcopy_ucx_mem_unregister(sp->scratch_mem);
+    if (sp->scratch.size > 0)
+        munmap((void *)(uintptr_t)sp->scratch.va, sp->scratch.size);
+    sp->scratch_mem = NULL;
+    memset(&sp->scratch, 0, sizeof(sp->scratch));
 }
 
 void zcopy_span_destroy(zcopy_span_t *sp)
@@ -49,8 +59,7 @@ void zcopy_span_destroy(zcopy_span_t *sp)
     free(sp->flags);
     free(sp->block_lo);
     free(sp->landing);
-    zcopy_ucx_mem_unregister(sp->scratch_mem);
-    free((void *)(uintptr_t)sp->scratch.va);
+    span_scratch_release(sp);
     free(sp);
 }
 
@@ -423,7 +432,12 @@ static bool span_landing_reserve(zcopy_span_t *sp, size_t bytes)
 /* At least @bytes of registered scratch, kept between calls and grown by
  * replacing it: each replacement is a new registration with a generation
  * of its own, so peers never use the old key for the new memory. Called
- * before the arrival, when no transfer can touch the old scratch. */
+ * before the arrival, when no transfer can touch the old scratch.
+ *
+ * Pages of its own, straight from the kernel: memory from the process's
+ * allocator may lie in an activated block (an application whose allocator
+ * serves activated memory), whose UCX registration a second one would
+ * overlap. */
 static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
 {
     const void *rkey;
@@ -436,22 +450,21 @@ static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
     bytes = zcopy_align_up(bytes > 2 * sp->scratch.size ? bytes
                                                         : 2 * sp->scratch.size,
                            64u << 10);
-    zcopy_ucx_mem_unregister(sp->scratch_mem);
-    free((void *)(uintptr_t)sp->scratch.va);
-    sp->scratch_mem = NULL;
-    memset(&sp->scratch, 0, sizeof(sp->scratch));
-    if (posix_memalign(&p, ZCOPY_CACHE_LINE, bytes) != 0)
+    span_scratch_release(sp);
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0);
+    if (p == MAP_FAILED)
         return false;
     if (zcopy_ucx_mem_register(p, bytes, ZCOPY_MEM_HOST, &sp->scratch_mem) !=
         ZCOPY_SUCCESS) {
-        free(p);
+        munmap(p, bytes);
         return false;
     }
     zcopy_ucx_mem_packed_rkey(sp->scratch_mem, &rkey, &rkey_len);
     if (rkey_len > sizeof(sp->scratch.rkey)) {
         zcopy_ucx_mem_unregister(sp->scratch_mem);
         sp->scratch_mem = NULL;
-        free(p);
+        munmap(p, bytes);
         return false;
     }
     sp->scratch = (zcopy_ucx_block_desc_t){

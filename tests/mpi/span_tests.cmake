@@ -22,3 +22,10 @@ zcopy_add_mpi_test(NAME mpi.span_layouts.vservers.np4 TARGET test_span_layouts
                    NP 4 MCA coll_zcopy_virtual_servers=2 LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_layouts.ucx.np3 TARGET test_span_layouts
                    NP 3 MCA coll_zcopy_transport=ucx LABELS span)
+
+# zcopy's landing area and scratch served from activated memory by the
+# program's own allocator (not under ASan: it replaces ASan's allocator).
+zcopy_mpi_executable(test_span_scratch)
+zcopy_add_mpi_test(NAME mpi.span_scratch.vservers.np4 TARGET test_span_scratch
+                   NP 4 MCA coll_zcopy_virtual_servers=2
+                   LABELS span allocator)
