@@ -58,6 +58,24 @@ static int zcopy_svc_barrier(void *ctx)
     ZCOPY_CALL_PREV(m, barrier, m->comm);
 }
 
+static int zcopy_svc_allreduce(void *buf, size_t count, MPI_Datatype type,
+                               MPI_Op op, void *ctx)
+{
+    mca_coll_zcopy_module_t *m = ctx;
+
+    ZCOPY_CALL_PREV(m, allreduce, MPI_IN_PLACE, buf, (int)count, type, op,
+                    m->comm);
+}
+
+static int zcopy_svc_reduce(const void *sbuf, void *rbuf, size_t count,
+                            MPI_Datatype type, MPI_Op op, int root, void *ctx)
+{
+    mca_coll_zcopy_module_t *m = ctx;
+
+    ZCOPY_CALL_PREV(m, reduce, sbuf, rbuf, (int)count, type, op, root,
+                    m->comm);
+}
+
 /* --- routing ------------------------------------------------------------- */
 
 /* OMPI_SUCCESS when libzcopy ran the collective, ZCOPY_FALLBACK when every
@@ -285,7 +303,9 @@ static int zcopy_module_enable(mca_coll_base_module_t *module,
     zcopy_comm_ops_t ops = { .allgather = zcopy_svc_allgather,
                              .bcast = zcopy_svc_bcast,
                              .alltoall = zcopy_svc_alltoall,
-                             .barrier = zcopy_svc_barrier, .ctx = m };
+                             .barrier = zcopy_svc_barrier,
+                             .allreduce = zcopy_svc_allreduce,
+                             .reduce = zcopy_svc_reduce, .ctx = m };
 
 #define ZCOPY_SAVE(_name)                                                    \
     do {                                                                     \

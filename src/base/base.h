@@ -17,10 +17,13 @@
  * exported from the .so, declared only in src/ headers. */
 #define ZCOPY_COMPONENT_API __attribute__((visibility("default")))
 
-/* Internal status: the public ZCOPY_SUCCESS / ZCOPY_ERR_* codes, plus one
- * positive value for "not an error, take the fallback path". */
+/* Internal status: the public ZCOPY_SUCCESS / ZCOPY_ERR_* codes, plus
+ * positive values that are not errors: take the fallback path; or (from a
+ * zero-copy algorithm) the call is complete, finished by the fallback's
+ * component after a rank could not reach a peer. */
 typedef int zcopy_status_t;
 #define ZCOPY_FALLBACK 1
+#define ZCOPY_REPAIRED 2
 
 #define ZCOPY_CACHE_LINE 64
 

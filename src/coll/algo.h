@@ -107,6 +107,23 @@ static inline bool zcopy_algo_finish(zcopy_algo_t *al)
     return zcopy_ctl_sync(al->ctl, al->failed);
 }
 
+/* Whether any rank's arguments of this collective were MPI_IN_PLACE. */
+static inline bool zcopy_algo_any_in_place(const zcopy_algo_t *al)
+{
+    for (int r = 0; r < al->nranks; r++)
+        if (zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE)
+            return true;
+    return false;
+}
+
+/* The end of an algorithm that never writes any rank's input: when a rank
+ * could not reach a peer, the fallback redoes the whole call from intact
+ * inputs. */
+static inline zcopy_status_t zcopy_algo_done(zcopy_algo_t *al)
+{
+    return zcopy_algo_finish(al) ? ZCOPY_FALLBACK : ZCOPY_SUCCESS;
+}
+
 zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al);
 zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al);
 zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al);

@@ -3,6 +3,10 @@
  * every peer's input into its own output. In place, block (i, j) and block
  * (j, i) trade places: the lower rank of each pair swaps them through the
  * mapping, word by word in registers, so no buffer is staged anywhere.
+ * A swap destroys inputs, so in place every rank first maps all it will
+ * swap with, and the ranks agree that all could before any swap: one sync
+ * more, for a call where a rank that cannot reach a peer must leave every
+ * input intact for the fallback.
  */
 #include "algo.h"
 
@@ -67,30 +71,36 @@ static void alltoall_pull(zcopy_algo_t *al)
     }
 }
 
-static void alltoall_swap(zcopy_algo_t *al)
+static zcopy_status_t alltoall_swap(zcopy_algo_t *al)
 {
     const int n = al->nranks, r = al->rank;
-    uint8_t *rbuf = al->a->rbuf, *theirs;
+    uint8_t *rbuf = al->a->rbuf, *theirs[ZCOPY_CTL_MAX_RANKS];
     size_t off, len;
 
     for (int j = r + 1; j < n && !al->failed; j++) {
         recv_block(al, j, &off, &len);
-        if (len == 0)
+        theirs[j] = len == 0 ? NULL
+                             : zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf,
+                                             peer_block(al, j, r, len, 1), len);
+    }
+    if (zcopy_algo_finish(al))
+        return ZCOPY_FALLBACK;
+    for (int j = r + 1; j < n; j++) {
+        if (theirs[j] == NULL)
             continue;
-        theirs = zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf,
-                               peer_block(al, j, r, len, 1), len);
-        if (theirs == NULL)
-            break;
-        swap_bytes(rbuf + off, theirs, len);
+        recv_block(al, j, &off, &len);
+        swap_bytes(rbuf + off, theirs[j], len);
         al->ipc_bytes += 2 * len;
     }
+    /* Nothing can fail any more; the sync keeps every rank's buffer until
+     * the swaps into it are done. */
+    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
 }
 
 zcopy_status_t zcopy_algo_alltoall(zcopy_algo_t *al)
 {
     if (zcopy_algo_args(al, 0)->flags & ZCOPY_CTL_IN_PLACE)
-        alltoall_swap(al);
-    else
-        alltoall_pull(al);
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+        return alltoall_swap(al);
+    alltoall_pull(al);
+    return zcopy_algo_done(al);
 }

@@ -186,15 +186,6 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
     return true;
 }
 
-/* Whether any rank's arguments of this collective were MPI_IN_PLACE. */
-static bool coll_any_in_place(const zcopy_algo_t *al)
-{
-    for (int r = 0; r < al->nranks; r++)
-        if (zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE)
-            return true;
-    return false;
-}
-
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
  * component's collectives. Retried only after running out of memory. */
@@ -250,6 +241,7 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                         .nranks = zc->size };
     size_t inline_total;
     coll_plan_t plan;
+    zcopy_status_t st;
     int bad;
 
     /* Peers' deactivated blocks are unmapped at every collective, on any
@@ -290,19 +282,19 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         zc->stats.zcopy_calls++;
         return ZCOPY_SUCCESS; /* arrival was the barrier */
     }
-    if (algorithms[a->type](&al) == ZCOPY_SUCCESS) {
+    /* A rank that could not reach a peer's memory: every rank learnt of
+     * it at the same sync, and the algorithm either left every input
+     * intact for the fallback, or finished the call through the previous
+     * component itself (in place, where inputs are already overwritten). */
+    st = algorithms[a->type](&al);
+    if (st == ZCOPY_SUCCESS) {
         zc->stats.zcopy_calls++;
         zc->stats.ipc_bytes += al.ipc_bytes;
         return ZCOPY_SUCCESS;
     }
-    /* Every rank learnt of the failure at the same sync. Out of place, the
-     * inputs are untouched and the fallback rewrites every output, so the
-     * call can still be run by the previous component; in place, a peer
-     * may already have overwritten an input that others had yet to read. */
-    if (!coll_any_in_place(&al))
-        return zcopy_coll_fallback(zc, a->type,
-                                   "a peer's memory could not be mapped");
-    return zcopy_error(ZCOPY_ERR_INTERNAL,
-                       "%s in place: a rank could not reach a peer's memory; "
-                       "the results are undefined", zcopy_coll_names[a->type]);
+    if (st == ZCOPY_FALLBACK || st == ZCOPY_REPAIRED) {
+        zcopy_coll_fallback(zc, a->type, "a peer's memory could not be mapped");
+        return st == ZCOPY_REPAIRED ? ZCOPY_SUCCESS : ZCOPY_FALLBACK;
+    }
+    return st;
 }

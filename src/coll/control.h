@@ -199,6 +199,15 @@ static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
  * the same order; returns true when any rank reported failure. */
 bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed);
 
+/* Whether @rank reported failure at the sync this rank passed last: the
+ * same answer on every rank until the next collective's first sync, which
+ * no rank can pass before every rank has left this one. */
+static inline bool zcopy_ctl_failed_at_sync(const zcopy_ctl_t *ctl, int rank)
+{
+    return atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,
+                                memory_order_acquire) & 1;
+}
+
 /* This process's address of [addr, addr + len) of @rank's memory. */
 zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,
                              size_t len, uint8_t **local_p);

@@ -3,7 +3,8 @@
  * moves its own share at once: allgather and scatter pull into the local
  * output, gather pushes into the root's output, bcast pulls from the root.
  * Peers are visited starting after this rank so that ranks do not all read
- * the same peer first.
+ * the same peer first. No rank writes any input (in place included), so a
+ * call a rank could not finish is redone by the fallback.
  */
 #include "algo.h"
 
@@ -42,7 +43,7 @@ zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
                  &off, &len);
         zcopy_algo_copy(al, rbuf + off, a->sbuf, len, false);
     }
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+    return zcopy_algo_done(al);
 }
 
 /* Small: every rank pulls the whole message from the root. Large: the
@@ -76,7 +77,7 @@ zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al)
                         src + lo, hi - lo, true);
     }
 out:
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+    return zcopy_algo_done(al);
 }
 
 /* Where block @j goes in the root's output (gather) or comes from in the
@@ -105,7 +106,7 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
     else if (a->sbuf != MPI_IN_PLACE)
         zcopy_algo_copy(al, (uint8_t *)a->rbuf + root_offset(al, vector, len, r),
                         a->sbuf, len, false);
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+    return zcopy_algo_done(al);
 }
 
 zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
@@ -128,5 +129,5 @@ zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
                         (const uint8_t *)a->sbuf + root_offset(al, vector, len, r),
                         len, false);
     }
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+    return zcopy_algo_done(al);
 }

@@ -11,6 +11,13 @@
  *
  * Each slice is reduced by exactly one rank and then copied, so every rank
  * gets bitwise the same result.
+ *
+ * A rank that cannot map a peer's buffer does none of its work (it maps
+ * everything first). Out of place the inputs are intact and the fallback
+ * redoes the call. In place the other ranks' slices are already reduced,
+ * in the very buffers that held the inputs; but the failed rank's slices
+ * were touched by nobody, so every rank hands just those to the previous
+ * component's reduction, in rank order (the repair).
  */
 #include "algo.h"
 
@@ -53,6 +60,40 @@ static void allreduce_replicated(zcopy_algo_t *al, uint8_t *const *ins,
         al->ctl->hints[j] = j == al->rank ? NULL : ins[j];
 }
 
+/* After a sync that reported failure: the slices of the ranks that failed,
+ * reduced in place by the previous component (rbuf + lo * e, hi - lo
+ * elements), the root's own for a reduce (@root -1: an allreduce). */
+static zcopy_status_t repair_slices(zcopy_algo_t *al, size_t count, int root)
+{
+    const zcopy_coll_args_t *a = al->a;
+    const size_t e = al->ssize;
+    zcopy_comm_ops_t *ops = &al->zc->ops;
+    size_t lo, hi;
+    int rc;
+
+    for (int q = 0; q < al->nranks; q++) {
+        if (!zcopy_ctl_failed_at_sync(al->ctl, q))
+            continue;
+        zcopy_slice(count, e, q, al->nranks, &lo, &hi);
+        if (lo == hi)
+            continue;
+        if (root < 0)
+            rc = ops->allreduce((uint8_t *)a->rbuf + lo * e, hi - lo,
+                                a->stype, a->op, ops->ctx);
+        else if (al->rank == root)
+            rc = ops->reduce(MPI_IN_PLACE, (uint8_t *)a->rbuf + lo * e,
+                             hi - lo, a->stype, a->op, root, ops->ctx);
+        else
+            rc = ops->reduce((const uint8_t *)a->sbuf + lo * e, NULL,
+                             hi - lo, a->stype, a->op, root, ops->ctx);
+        if (rc != MPI_SUCCESS)
+            return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: repairing rank %d's "
+                               "slice failed (%d)", zcopy_coll_names[a->type],
+                               q, rc);
+    }
+    return ZCOPY_REPAIRED;
+}
+
 static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,
                              uint8_t *const *outs, size_t count)
 {
@@ -84,7 +125,9 @@ zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
         else
             allreduce_sliced(al, ins, outs, count);
     }
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+    if (!zcopy_algo_finish(al))
+        return ZCOPY_SUCCESS;
+    return in_place ? repair_slices(al, count, -1) : ZCOPY_FALLBACK;
 }
 
 zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
@@ -92,16 +135,20 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
     uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
+    const bool small = bytes <= zcopy_config.small_msg;
+    const bool in_place = zcopy_algo_args(al, root)->flags & ZCOPY_CTL_IN_PLACE;
     size_t lo, hi, chunk = zcopy_chunk_elems(e);
 
-    if (count == 0 || !map_all(al, true, bytes, ins))
+    /* Small: the root alone reduces; nobody else maps anything (a rank
+     * that could not would fail a call the root completed). */
+    if (count == 0 || (small && al->rank != root) ||
+        !map_all(al, true, bytes, ins))
         goto out;
     out = zcopy_algo_at(al, root, zcopy_algo_args(al, root)->rbuf, 0, bytes);
     if (out == NULL)
         goto out;
-    if (bytes <= zcopy_config.small_msg) {
-        if (al->rank == root)
-            reduce_step(al, out, ins, root, 0, count);
+    if (small) {
+        reduce_step(al, out, ins, root, 0, count);
         goto out;
     }
     zcopy_slice(count, e, al->rank, al->nranks, &lo, &hi);
@@ -113,7 +160,46 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
             al->ipc_bytes += len * e;
     }
 out:
-    return zcopy_algo_finish(al) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+    if (!zcopy_algo_finish(al))
+        return ZCOPY_SUCCESS;
+    /* Small, only the root can have failed, before writing anything. */
+    return in_place && !small ? repair_slices(al, count, root)
+                              : ZCOPY_FALLBACK;
+}
+
+/* After a sync that reported failure, in place: the blocks of the ranks
+ * that failed, each reduced to its rank by the previous component, from
+ * the inputs nobody has touched (block q of every buffer is read by rank q
+ * alone, and written by it alone, at its own place). */
+static zcopy_status_t repair_blocks(zcopy_algo_t *al)
+{
+    const zcopy_coll_args_t *a = al->a;
+    zcopy_comm_ops_t *ops = &al->zc->ops;
+    const size_t e = al->ssize;
+    size_t displ = 0, c;
+    int rc;
+
+    for (int q = 0; q < al->nranks; q++, displ += c) {
+        const bool own_in_place = zcopy_algo_args(al, al->rank)->flags &
+                                  ZCOPY_CTL_IN_PLACE;
+        const uint8_t *in = own_in_place ? a->rbuf : a->sbuf;
+
+        c = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[q]
+                                                 : a->rcount;
+        if (c == 0 || !zcopy_ctl_failed_at_sync(al->ctl, q))
+            continue;
+        if (q == al->rank && own_in_place)
+            rc = ops->reduce(MPI_IN_PLACE, (uint8_t *)a->rbuf + displ * e, c,
+                             a->stype, a->op, q, ops->ctx);
+        else
+            rc = ops->reduce(in + displ * e, q == al->rank ? a->rbuf : NULL,
+                             c, a->stype, a->op, q, ops->ctx);
+        if (rc != MPI_SUCCESS)
+            return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: repairing rank %d's "
+                               "block failed (%d)", zcopy_coll_names[a->type],
+                               q, rc);
+    }
+    return ZCOPY_REPAIRED;
 }
 
 /* Rank r reduces block r of every input. In place, the inputs are the
@@ -128,6 +214,7 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
     const size_t e = al->ssize;
     const bool in_place = zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE;
     size_t total = 0, displ = 0, own;
+    zcopy_status_t st = ZCOPY_SUCCESS;
     uint8_t *dst;
 
     for (int j = 0; j < n; j++) {
@@ -146,9 +233,12 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
             reduce_step(al, dst + at * e, ins, r, (displ + at) * e, len);
         }
     }
-    if (zcopy_ctl_sync(al->ctl, al->failed))
-        return ZCOPY_ERR_INTERNAL;
-    if (in_place && displ > 0 && own > 0)
+    if (zcopy_ctl_sync(al->ctl, al->failed)) {
+        if (!zcopy_algo_any_in_place(al))
+            return ZCOPY_FALLBACK;
+        st = repair_blocks(al);
+    }
+    if (in_place && displ > 0 && own > 0 && st >= 0)
         memmove(a->rbuf, dst, own * e);
-    return ZCOPY_SUCCESS;
+    return st;
 }

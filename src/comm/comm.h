@@ -21,6 +21,14 @@ typedef struct {
     int (*alltoall)(const void *sbuf, void *rbuf, size_t bytes, void *ctx);
     int (*bcast)(void *buf, size_t bytes, int root, void *ctx);
     int (*barrier)(void *ctx);
+    /* The reductions of the application's own call, on part of its
+     * buffers, to finish a zero-copy call a rank could not complete: an
+     * in-place allreduce of @count elements at @buf, and a reduce (@sbuf
+     * MPI_IN_PLACE at the root for in place). */
+    int (*allreduce)(void *buf, size_t count, MPI_Datatype type, MPI_Op op,
+                     void *ctx);
+    int (*reduce)(const void *sbuf, void *rbuf, size_t count,
+                  MPI_Datatype type, MPI_Op op, int root, void *ctx);
     void *ctx;
 } zcopy_comm_ops_t;
 

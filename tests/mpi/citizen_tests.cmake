@@ -17,6 +17,8 @@ zcopy_add_mpi_test(NAME mpi.citizen.release.np2 TARGET test_citizen NP 2 ARGS re
 foreach(np 2 3)
   zcopy_add_mpi_test(NAME mpi.citizen.mapfail.np${np} TARGET test_citizen
                      NP ${np} ARGS mapfail)
+  zcopy_add_mpi_test(NAME mpi.citizen.mapfail_inplace.np${np}
+                     TARGET test_citizen NP ${np} ARGS mapfail-inplace)
   zcopy_add_mpi_test(NAME mpi.citizen.setupretry.np${np} TARGET test_citizen
                      NP ${np} ARGS setupretry)
 endforeach()
@@ -41,6 +43,7 @@ set_tests_properties(mpi.citizen.settings_inline.np3 PROPERTIES
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
           settings.np3 settings_mca.np3 settings_inline.np3 release.np2 mapfail.np2 mapfail.np3
+          mapfail_inplace.np2 mapfail_inplace.np3
           setupretry.np2 setupretry.np3)
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)
 endforeach()

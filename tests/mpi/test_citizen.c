@@ -31,6 +31,11 @@
  *              limit): the out-of-place call agreed zero-copy is still
  *              right, run by the fallback on every rank, and zero-copy
  *              resumes once the limit is lifted
+ *   mapfail-inplace  the same for calls in place, where other ranks may
+ *              already have overwritten their inputs: allreduce, reduce
+ *              (small and large, the failing rank as root and not),
+ *              reduce_scatter_block, allgather and alltoall, each on fresh
+ *              memory; right results, a fallback counted, then zero-copy
  *   setupretry a communicator whose set-up ran out of memory on one rank
  *              (address space limit) falls back, and goes zero-copy once
  *              memory is there again, without any call of the program
@@ -806,6 +811,154 @@ static void run_mapfail(void)
     zt_arena_fini(&arena);
 }
 
+/* One in-place call of @coll on @count doubles per block, on memory no
+ * rank has mapped yet, first with rank 0 out of address space (a counted
+ * fallback, right results), then without (zero-copy, right results). */
+typedef enum {
+    IP_ALLREDUCE, IP_REDUCE, IP_REDUCE_SCATTER, IP_ALLGATHER, IP_ALLTOALL
+} ip_coll_t;
+
+static double ip_input(int r, int block, size_t i)
+{
+    return 1000.0 * r + 100.0 * block + (double)(i % 97);
+}
+
+/* Fills this rank's buffer with its in-place input. */
+static void ip_fill(ip_coll_t coll, double *buf, size_t count)
+{
+    const int blocks = coll == IP_ALLREDUCE || coll == IP_REDUCE ? 1 : size;
+
+    for (int b = 0; b < blocks; b++)
+        for (size_t i = 0; i < count; i++)
+            buf[(size_t)b * count + i] =
+                coll == IP_ALLGATHER ? (b == rank ? ip_input(rank, 0, i) : -1)
+                                     : ip_input(rank, b, i);
+}
+
+/* The number of wrong elements in this rank's result. */
+static size_t ip_check(ip_coll_t coll, const double *buf, size_t count,
+                       int root)
+{
+    const double ranks = (double)size * (size - 1) / 2 * 1000.0;
+    size_t bad = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        switch (coll) {
+        case IP_ALLREDUCE:
+            bad += buf[i] != ranks + size * (double)(i % 97);
+            break;
+        case IP_REDUCE:
+            bad += rank == root && buf[i] != ranks + size * (double)(i % 97);
+            break;
+        case IP_REDUCE_SCATTER:
+            bad += buf[i] != ranks + size * (100.0 * rank + (double)(i % 97));
+            break;
+        case IP_ALLGATHER:
+        case IP_ALLTOALL:
+            for (int b = 0; b < size; b++)
+                bad += buf[(size_t)b * count + i] !=
+                       ip_input(b, coll == IP_ALLTOALL ? rank : 0, i);
+            break;
+        }
+    }
+    return bad;
+}
+
+static int ip_call(ip_coll_t coll, double *buf, size_t count, int root)
+{
+    switch (coll) {
+    case IP_ALLREDUCE:
+        return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE,
+                             MPI_SUM, MPI_COMM_WORLD);
+    case IP_REDUCE:
+        return MPI_Reduce(rank == root ? MPI_IN_PLACE : buf,
+                          rank == root ? buf : NULL, (int)count, MPI_DOUBLE,
+                          MPI_SUM, root, MPI_COMM_WORLD);
+    case IP_REDUCE_SCATTER:
+        return MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count,
+                                        MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    case IP_ALLGATHER:
+        return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf,
+                             (int)count, MPI_DOUBLE, MPI_COMM_WORLD);
+    case IP_ALLTOALL:
+        return MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf,
+                            (int)count, MPI_DOUBLE, MPI_COMM_WORLD);
+    }
+    return MPI_ERR_OTHER;
+}
+
+static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
+                             int root)
+{
+    struct rlimit old, tight;
+    MPIX_Zcopy_stats before, after;
+    zt_arena_t arena;
+    size_t used = 0, bad;
+    char what[96];
+    double *buf;
+    int rc;
+
+    zt_arena_init(&arena, MPI_COMM_WORLD, 64 * MIB);
+    buf = zt_arena_alloc(&arena, &used, (size_t)size * count * sizeof(double));
+    getrlimit(RLIMIT_AS, &old);
+    tight = old;
+    for (int pass = 0; pass < 2; pass++) {
+        const bool limited = pass == 0;
+
+        snprintf(what, sizeof(what), "%s in place, %zu doubles, root %d, %s",
+                 name, count, root, limited ? "rank 0 out of address space"
+                                            : "limit lifted");
+        ip_fill(coll, buf, count);
+        if (limited && rank == 0) {
+            tight.rlim_cur = vm_size_bytes() + 16 * MIB;
+            zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+        }
+        before = zt_stats(MPI_COMM_WORLD);
+        arm(what);
+        rc = ip_call(coll, buf, count, root);
+        alarm(0);
+        after = zt_stats(MPI_COMM_WORLD);
+        if (limited && rank == 0)
+            zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+        ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+        bad = ip_check(coll, buf, count, root);
+        ZT_CHECK(bad == 0, "%s: %zu wrong elements", what, bad);
+        /* Small in-place reduces are the root's alone: only a root that
+         * cannot map falls back. */
+        if (limited && (coll != IP_REDUCE || count * sizeof(double) > 16384 ||
+                        root == 0))
+            ZT_CHECK(after.fallback_calls == before.fallback_calls + 1 &&
+                     after.zcopy_calls == before.zcopy_calls &&
+                     strstr(after.last_fallback_reason, "could not be mapped"),
+                     "%s: zcopy +%llu fallback +%llu, reason \"%s\"", what,
+                     (unsigned long long)(after.zcopy_calls -
+                                          before.zcopy_calls),
+                     (unsigned long long)(after.fallback_calls -
+                                          before.fallback_calls),
+                     after.last_fallback_reason);
+        else
+            ZT_CHECK(after.zcopy_calls == before.zcopy_calls + 1, "%s: not "
+                     "zero-copy (%s)", what, after.last_fallback_reason);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    zt_arena_fini(&arena);
+}
+
+static void run_mapfail_in_place(void)
+{
+    const size_t small = 512, large = 8192; /* 4 KiB, 64 KiB per block */
+
+    mapfail_in_place(IP_ALLREDUCE, "allreduce", small, 0);
+    mapfail_in_place(IP_ALLREDUCE, "allreduce", large, 0);
+    mapfail_in_place(IP_REDUCE, "reduce", small, 0);
+    mapfail_in_place(IP_REDUCE, "reduce", small, size - 1);
+    mapfail_in_place(IP_REDUCE, "reduce", large, 0);
+    mapfail_in_place(IP_REDUCE, "reduce", large, size - 1);
+    mapfail_in_place(IP_REDUCE_SCATTER, "reduce_scatter_block", small, 0);
+    mapfail_in_place(IP_ALLGATHER, "allgather", small, 0);
+    mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0);
+}
+
 /* --- set-up retried after running out of memory --------------------------- */
 
 static void run_setupretry(void)
@@ -904,6 +1057,7 @@ static const struct {
     { "intercomm", run_intercomm },   { "reductions", run_reductions },
     { "settings", run_settings_info }, { "settings-mca", run_settings_mca },
     { "release", run_release },       { "mapfail", run_mapfail },
+    { "mapfail-inplace", run_mapfail_in_place },
     { "setupretry", run_setupretry }, { "stats", run_stats },
 };
 

@@ -199,6 +199,24 @@ static int svc_barrier(void *ctx)
     return svc_wait(&req, MPI_Ibarrier(*(MPI_Comm *)ctx, &req));
 }
 
+static int svc_allreduce(void *buf, size_t count, MPI_Datatype type,
+                         MPI_Op op, void *ctx)
+{
+    MPI_Request req;
+
+    return svc_wait(&req, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type,
+                                         op, *(MPI_Comm *)ctx, &req));
+}
+
+static int svc_reduce(const void *sbuf, void *rbuf, size_t count,
+                      MPI_Datatype type, MPI_Op op, int root, void *ctx)
+{
+    MPI_Request req;
+
+    return svc_wait(&req, MPI_Ireduce(sbuf, rbuf, (int)count, type, op, root,
+                                      *(MPI_Comm *)ctx, &req));
+}
+
 static int val(int salt, int r, size_t i) { return salt * 3 + r * 1000 + (int)(i % 997); }
 
 static void run(zcopy_comm_t *zc, const zcopy_coll_args_t *a, const char *what)
@@ -215,7 +233,9 @@ static void collectives(int *buf)
     const zcopy_comm_ops_t ops = { .allgather = svc_allgather,
                                    .alltoall = svc_alltoall,
                                    .bcast = svc_bcast,
-                                   .barrier = svc_barrier, .ctx = &service };
+                                   .barrier = svc_barrier,
+                                   .allreduce = svc_allreduce,
+                                   .reduce = svc_reduce, .ctx = &service };
     const size_t n = (size_t)nranks;
     int *s = buf, *r = buf + BIG, bad = 0;
     zcopy_comm_t *zc;
