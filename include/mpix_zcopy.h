@@ -34,10 +34,11 @@ typedef struct {
     uint64_t ipc_bytes;       /* bytes this rank moved through peer mappings */
     uint64_t ucx_bytes;       /* bytes this rank moved through UCX */
     char last_fallback_reason[64];
-    uint64_t inline_calls;    /* of zcopy_calls: payloads of at most 48 bytes
-                                 per rank that travelled inside the control
-                                 line (one cache-line transfer) instead of
-                                 through a peer mapping */
+    uint64_t inline_calls;    /* of zcopy_calls: payloads of at most
+                                 coll_zcopy_inline_max bytes per rank (48
+                                 between servers) that travelled inside the
+                                 control plane instead of through a peer
+                                 mapping */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
 
 int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,

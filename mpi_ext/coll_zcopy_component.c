@@ -42,7 +42,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .verbose = 0,
     .virtual_servers = 1,
     .small_msg = 16384,
-    .inline_max = 1008,
+    .inline_max = 1024,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
@@ -172,7 +172,7 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->small_msg);
     zcopy_register_ulong("inline_max",
         "Collectives whose payload is at most this many bytes per rank "
-        "(1008 at most) travel in the control plane instead of through "
+        "(1072 at most) travel in the control plane instead of through "
         "peer mappings: a copy in and out, and no departure step; 48 at "
         "most between servers. 0 never does",
         OPAL_INFO_LVL_9, &c->inline_max);
@@ -362,8 +362,8 @@ int mca_coll_zcopy_register_pvars(void)
         { "ucx_bytes", "Bytes this rank moved through UCX on this "
           "communicator", PVAR_UCX_BYTES },
         { "inline_calls", "Of the zero-copy collectives, those whose payload "
-          "(at most 48 bytes per rank) travelled inside the control line",
-          PVAR_INLINE_CALLS },
+          "(at most coll_zcopy_inline_max bytes per rank, 48 between "
+          "servers) travelled inside the control plane", PVAR_INLINE_CALLS },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

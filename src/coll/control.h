@@ -17,9 +17,9 @@
  *   line 0    records by parity: arguments of collective k in rec[k % 2]
  *   line 1    sync: (number of syncs passed << 1) | failed
  *   line 2    arrive: the number of the last collective this rank entered
- *   lines 3-34 inline records by parity, 16 lines each: the tag and the
+ *   lines 3-36 inline records by parity, 17 lines each: the tag and the
  *             first 48 bytes of payload in the first line, the rest after
- *   line 35   reasons: (k << 8 | reason) of the collectives declined,
+ *   line 37   reasons: (k << 8 | reason) of the collectives declined,
  *             in reasons[k % ZCOPY_CTL_REASONS]; read only to word a
  *             fallback, so a rank running far ahead may overwrite one
  *   then      vectors (counts, displacements) of the v-collectives, by
@@ -52,8 +52,9 @@ typedef struct {
     zcopy_ctl_args_t args;
 } zcopy_ctl_record_t;
 
-/* Lines of one inline record, and the payload they hold. */
-#define ZCOPY_CTL_INLINE_LINES 16
+/* Lines of one inline record, and the payload they hold: 1 KiB and the
+ * tag's line. */
+#define ZCOPY_CTL_INLINE_LINES 17
 #define ZCOPY_CTL_INLINE_MAX (ZCOPY_CTL_INLINE_LINES * ZCOPY_CACHE_LINE - 16)
 
 /* A small collective's payload in the control plane: the tag (which says
