@@ -39,6 +39,13 @@ typedef struct {
                                  between servers) that travelled inside the
                                  control plane instead of through a peer
                                  mapping */
+    uint64_t ctl_msgs;        /* control messages this rank sent in
+                                 collectives: a record in shared memory
+                                 (arrival, decline, inline payload, sync)
+                                 counts once, whoever reads it; what goes to
+                                 another server counts once per rank it
+                                 reaches */
+    uint64_t ctl_bytes;       /* their bytes */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
 
 int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,

@@ -313,7 +313,8 @@ static int zcopy_close(void)
 /* --- MPI_T performance variables, bound to a communicator ---------------- */
 
 typedef enum { PVAR_ZCOPY_CALLS, PVAR_FALLBACK_CALLS, PVAR_IPC_BYTES,
-               PVAR_UCX_BYTES, PVAR_INLINE_CALLS } zcopy_pvar_t;
+               PVAR_UCX_BYTES, PVAR_INLINE_CALLS, PVAR_CTL_MSGS,
+               PVAR_CTL_BYTES } zcopy_pvar_t;
 
 static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
                           void *obj)
@@ -321,17 +322,21 @@ static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
     /* Open MPI passes the bound communicator itself as obj. */
     const zcopy_comm_t *zc = zcopy_comm_lookup((MPI_Comm)obj);
     unsigned long long *out = value;
+    MPIX_Zcopy_stats s;
 
     if (zc == NULL) {
         *out = 0;
         return OMPI_SUCCESS;
     }
+    zcopy_comm_get_stats(zc, &s);
     switch ((zcopy_pvar_t)(uintptr_t)pvar->ctx) {
-    case PVAR_ZCOPY_CALLS:    *out = zc->stats.zcopy_calls; break;
-    case PVAR_FALLBACK_CALLS: *out = zc->stats.fallback_calls; break;
-    case PVAR_IPC_BYTES:      *out = zc->stats.ipc_bytes; break;
-    case PVAR_UCX_BYTES:      *out = zc->stats.ucx_bytes; break;
-    case PVAR_INLINE_CALLS:   *out = zc->stats.inline_calls; break;
+    case PVAR_ZCOPY_CALLS:    *out = s.zcopy_calls; break;
+    case PVAR_FALLBACK_CALLS: *out = s.fallback_calls; break;
+    case PVAR_IPC_BYTES:      *out = s.ipc_bytes; break;
+    case PVAR_UCX_BYTES:      *out = s.ucx_bytes; break;
+    case PVAR_INLINE_CALLS:   *out = s.inline_calls; break;
+    case PVAR_CTL_MSGS:       *out = s.ctl_msgs; break;
+    case PVAR_CTL_BYTES:      *out = s.ctl_bytes; break;
     }
     return OMPI_SUCCESS;
 }
@@ -364,6 +369,10 @@ int mca_coll_zcopy_register_pvars(void)
         { "inline_calls", "Of the zero-copy collectives, those whose payload "
           "(at most coll_zcopy_inline_max bytes per rank, 48 between "
           "servers) travelled inside the control plane", PVAR_INLINE_CALLS },
+        { "ctl_msgs", "Control messages this rank sent in collectives on "
+          "this communicator: a record in shared memory counts once, what "
+          "goes to another server once per rank it reaches", PVAR_CTL_MSGS },
+        { "ctl_bytes", "Bytes of those control messages", PVAR_CTL_BYTES },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

@@ -42,6 +42,8 @@ class _Stats(ctypes.Structure):
         ("ucx_bytes", ctypes.c_uint64),
         ("last_fallback_reason", ctypes.c_char * 64),
         ("inline_calls", ctypes.c_uint64),
+        ("ctl_msgs", ctypes.c_uint64),
+        ("ctl_bytes", ctypes.c_uint64),
     ]
 
 

@@ -102,6 +102,14 @@ static bool coll_writes_vectors(const zcopy_comm_t *zc,
            a->root == zc->rank;
 }
 
+/* How many vectors of n entries planning published with the record. */
+static unsigned coll_vectors(const zcopy_comm_t *zc, const zcopy_coll_args_t *a)
+{
+    if (a->type == ZCOPY_COLL_ALLTOALLV)
+        return a->sbuf == MPI_IN_PLACE ? 2 : 3;
+    return coll_writes_vectors(zc, a) ? 1 : 0;
+}
+
 /* What changes the path or the number of steps of a collective: if ranks
  * disagreed on any of it, they would wait for each other in different
  * steps. Agreed once, at set-up, never trusted. */
@@ -272,7 +280,7 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     inline_total = zcopy_coll_inline_bytes(zc, a, zcopy_coll_inline_limit());
     if (inline_total > 0)
         return zcopy_coll_run_inline(zc, a, &plan, inline_total);
-    al.seq = zcopy_ctl_publish(zc->ctl, &plan.args);
+    al.seq = zcopy_ctl_publish(zc->ctl, &plan.args, coll_vectors(zc, a));
     /* While the arrival travels: fetch the peer data the last call read. */
     zcopy_ctl_prefetch_hints(zc->ctl);
     bad = zcopy_ctl_wait_arrivals(zc->ctl, al.seq, zcopy_coll_names[a->type]);

@@ -462,10 +462,19 @@ void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
     ctl->arrived = seq - 1;
 }
 
+/* What a rank's peers read of its slot: counted once per record. */
+static inline void ctl_count(zcopy_ctl_t *ctl, size_t bytes)
+{
+    ctl->sent_msgs++;
+    ctl->sent_bytes += bytes;
+}
+
 void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const uint64_t seq = ++ctl->seq;
+
+    ctl_count(ctl, 2 * sizeof(uint64_t));
 
     /* Release: a peer that sees the arrival also sees the reason. */
     atomic_store_explicit(&own->reasons[seq % ZCOPY_CTL_REASONS],
@@ -473,13 +482,16 @@ void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
 }
 
-uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args)
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args,
+                           unsigned nvectors)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const uint64_t seq = ++ctl->seq;
     zcopy_ctl_record_t *rec = &own->rec[seq & 1];
 
     zcopy_ctl_claim(ctl, seq);
+    ctl_count(ctl, sizeof(*rec) + sizeof(own->arrive) +
+                       (size_t)nvectors * ctl->nranks * sizeof(int64_t));
     rec->args = *args;
     /* Release: peers that see the tag also see args and vectors. */
     atomic_store_explicit(&rec->seq, seq, memory_order_release);
@@ -543,6 +555,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     zcopy_ctl_inline_t *line = &own->inl[seq & 1];
 
     zcopy_ctl_claim(ctl, seq);
+    ctl_count(ctl, 2 * sizeof(uint64_t) + len);
     if (len > 0)
         memcpy(line->data, data, len);
     /* Release: a peer that sees the tag also sees the payload. */
@@ -568,6 +581,7 @@ bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
     ctl_wait_t w;
 
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
+    ctl_count(ctl, sizeof(own->sync));
     /* Release: every load and store this rank made on peers' buffers
      * happens before any peer passes this sync. */
     atomic_store_explicit(&own->sync, target << 1 | failed,

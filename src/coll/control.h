@@ -113,6 +113,8 @@ typedef struct zcopy_ctl {
                                      this collective */
     uint64_t syncs;               /* syncs passed in the current lifetime */
     bool yield;                   /* more local ranks than cores */
+    uint64_t sent_msgs;           /* records published for peers */
+    uint64_t sent_bytes;
     zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
     zcopy_ctl_cache_t (*cache)[2];/* last two translations per rank */
     unsigned *cache_next;
@@ -165,10 +167,11 @@ void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq);
  * the arrival, and returns at once. */
 void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason);
 
-/* Enters the next collective as eligible, with this rank's arguments;
- * returns its number. Claims it first. Peers may read the arguments from
- * then on. */
-uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args);
+/* Enters the next collective as eligible, with this rank's arguments
+ * (and @nvectors vectors that planning wrote, for the counters); returns
+ * its number. Claims it first. Peers may read the arguments from then on. */
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args,
+                           unsigned nvectors);
 
 /* Waits until every peer has entered collective @seq; returns the first
  * rank that was not eligible for it, or -1 when all were. */

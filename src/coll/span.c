@@ -28,6 +28,16 @@ static bool same_server(const span_hello_t *a, const span_hello_t *b)
            a->where.server[1] == b->where.server[1];
 }
 
+/* A per-call exchange through the previous component: this rank's @bytes
+ * reach every other rank. */
+static void span_count(zcopy_comm_t *zc, size_t bytes)
+{
+    const uint64_t others = (uint64_t)zc->size - 1;
+
+    zc->stats.ctl_msgs += others;
+    zc->stats.ctl_bytes += others * bytes;
+}
+
 static void span_scratch_release(zcopy_span_t *sp)
 {
     zcopy_ucx_mem_unregister(sp->scratch_mem);
@@ -402,6 +412,7 @@ bool zcopy_span_sync(zcopy_span_algo_t *sa)
 
     zcopy_span_complete(sa);
     failed = sa->failed;
+    span_count(sa->zc, sizeof(failed));
     /* The flags array doubles as the receive buffer: it is all zero after
      * zcopy_span_complete(). */
     if (sa->zc->ops.allgather(&failed, sp->flags, sizeof(failed),
@@ -541,6 +552,7 @@ static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
     for (int j = 0; j < sp->nranks; j++)
         sp->sdispls_out[j] = a->sbuf == MPI_IN_PLACE
                                  ? 0 : (int64_t)a->sdispls[j] * (int64_t)ssize;
+    span_count(zc, sizeof(int64_t));
     return zc->ops.alltoall(sp->sdispls_out, sp->sdispls, sizeof(int64_t),
                             zc->ops.ctx);
 }
@@ -575,6 +587,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
                            "displacements failed");
+    span_count(zc, sizeof(mine));
     if (zc->ops.allgather(&mine, sp->descs, sizeof(mine), zc->ops.ctx) !=
         MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",

@@ -99,9 +99,14 @@ void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,
               coll, why);
 }
 
-void zcopy_comm_get_stats(const zcopy_comm_t *zc, MPIX_Zcopy_stats *stats)
+ZCOPY_COMPONENT_API void zcopy_comm_get_stats(const zcopy_comm_t *zc,
+                                              MPIX_Zcopy_stats *stats)
 {
     *stats = zc->stats;
+    if (zc->ctl != NULL) {
+        stats->ctl_msgs += zc->ctl->sent_msgs;
+        stats->ctl_bytes += zc->ctl->sent_bytes;
+    }
     if (zc->fallback_coll != NULL)
         snprintf(stats->last_fallback_reason,
                  sizeof(stats->last_fallback_reason), "%s: %s",

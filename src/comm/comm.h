@@ -89,7 +89,8 @@ void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,
                                const char *why);
 
 /* The counters, the last fallback's reason put into words. */
-void zcopy_comm_get_stats(const zcopy_comm_t *zc, MPIX_Zcopy_stats *stats);
+ZCOPY_COMPONENT_API void zcopy_comm_get_stats(const zcopy_comm_t *zc,
+                                              MPIX_Zcopy_stats *stats);
 
 /* libzcopy's own MPI calls (e.g. the agreement inside
  * MPIX_Comm_set_memory_range) run inside enter/leave: the component passes

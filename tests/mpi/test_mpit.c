@@ -11,6 +11,7 @@
 static const char *const names[] = {
     "coll_zcopy_zcopy_calls", "coll_zcopy_fallback_calls",
     "coll_zcopy_ipc_bytes", "coll_zcopy_ucx_bytes", "coll_zcopy_inline_calls",
+    "coll_zcopy_ctl_msgs", "coll_zcopy_ctl_bytes",
 };
 #define NPVARS (sizeof(names) / sizeof(names[0]))
 
@@ -64,6 +65,8 @@ static void check_against_stats(const unsigned long long d[NPVARS],
         s1->ipc_bytes - s0->ipc_bytes,
         s1->ucx_bytes - s0->ucx_bytes,
         s1->inline_calls - s0->inline_calls,
+        s1->ctl_msgs - s0->ctl_msgs,
+        s1->ctl_bytes - s0->ctl_bytes,
     };
 
     for (size_t i = 0; i < NPVARS; i++)
@@ -108,6 +111,14 @@ int main(int argc, char **argv)
         ZT_CHECK(d[0] == 2 && d[4] == 1 && d[1] == 1 && d[2] > 0,
                  "expected 2 zero-copy (1 inline) and 1 fallback, got "
                  "%llu (%llu inline) and %llu", d[0], d[4], d[1]);
+        /* Inside a server, whatever the number of ranks: the large call
+         * publishes its arguments (a 32-byte record and the arrival word)
+         * and one sync word; the tiny one an inline record (tag, arrival
+         * and 4 bytes); the fallback a decline (reason and arrival); the
+         * empty call, which Open MPI answers itself, nothing. */
+        ZT_CHECK(d[5] == 4 && d[6] == (32 + 8 + 8) + (16 + 4) + 16,
+                 "control: %llu messages and %llu bytes, expected 4 and %d",
+                 d[5], d[6], (32 + 8 + 8) + (16 + 4) + 16);
         pvars_close(&p);
     }
     free(plain);

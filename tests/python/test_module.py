@@ -17,7 +17,8 @@ comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 failures = []
 STATS_FIELDS = ["zcopy_calls", "fallback_calls", "ipc_bytes", "ucx_bytes",
-                "last_fallback_reason", "inline_calls"]
+                "last_fallback_reason", "inline_calls", "ctl_msgs",
+                "ctl_bytes"]
 
 
 def check(cond, what):
