@@ -25,7 +25,9 @@ typedef struct {
     int rank, nranks;
     size_t ssize, rsize;          /* bytes per element of stype, rtype */
     uint64_t ipc_bytes;           /* moved through peer mappings */
-    bool failed;
+    bool failed;                  /* could not reach a peer; nothing written
+                                     since (every algorithm maps first) */
+    bool broken;                  /* failed after writing: beyond repair */
 } zcopy_algo_t;
 
 typedef zcopy_status_t (*zcopy_algo_fn_t)(zcopy_algo_t *algo);
@@ -105,6 +107,14 @@ static inline void zcopy_algo_copy(zcopy_algo_t *al, void *dst,
 static inline bool zcopy_algo_finish(zcopy_algo_t *al)
 {
     return zcopy_ctl_sync(al->ctl, al->failed);
+}
+
+/* The last sync of an algorithm that may repair: what the ranks reported. */
+static inline unsigned zcopy_algo_finish_flags(zcopy_algo_t *al)
+{
+    return zcopy_ctl_sync_flags(al->ctl,
+                                al->broken   ? ZCOPY_CTL_SYNC_BROKEN
+                                : al->failed ? ZCOPY_CTL_SYNC_FAILED : 0);
 }
 
 /* Whether any rank's arguments of this collective were MPI_IN_PLACE. */

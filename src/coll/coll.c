@@ -154,7 +154,7 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .transport = (uint32_t)zcopy_config.transport,
         .virtual_servers = (uint32_t)zcopy_config.virtual_servers,
         .small_msg = zcopy_config.small_msg,
-        .inline_max = zcopy_config.inline_max,
+        .inline_max = zcopy_coll_inline_limit(), /* values above it act alike */
     };
     coll_settings_t root = mine;
     int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;

@@ -109,7 +109,9 @@ static inline void ctl_relax(ctl_wait_t *w, int peer)
         yielded = zcopy_host_progress();
     if (n % CTL_SPINS_PER_CLOCK == 0 || (yielding && n % 64 == 0))
         ctl_wait_check_clock(w, peer);
-    if (yielded)
+    /* The engine says it yielded when it would have, idle; a busy one did
+     * not, so every eighth turn yields here regardless. */
+    if (yielded && n % 8 != 0)
         return;
     if (yielding || n % 4096 == 0)
         sched_yield();
@@ -573,28 +575,28 @@ uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
     return v >> 8 == seq ? (uint32_t)(v & 0xffu) : ZCOPY_CTL_REASON_UNKNOWN;
 }
 
-bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
+unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     uint64_t target = ++ctl->syncs;
-    bool any_failed = failed;
+    unsigned any = flags & ZCOPY_CTL_SYNC_MASK;
     ctl_wait_t w;
 
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
     ctl_count(ctl, sizeof(own->sync));
     /* Release: every load and store this rank made on peers' buffers
      * happens before any peer passes this sync. */
-    atomic_store_explicit(&own->sync, target << 1 | failed,
+    atomic_store_explicit(&own->sync, target << ZCOPY_CTL_SYNC_BITS | any,
                           memory_order_release);
     for (int r = 0; r < ctl->nranks; r++) {
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         uint64_t v;
         while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
-                1) < target)
+                ZCOPY_CTL_SYNC_BITS) < target)
             ctl_relax(&w, r);
-        any_failed |= v & 1;
+        any |= (unsigned)(v & ZCOPY_CTL_SYNC_MASK);
     }
-    return any_failed;
+    return any;
 }
 
 zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,

@@ -15,7 +15,7 @@
  *
  * Slot layout (one writer per slot, read by every rank of the comm):
  *   line 0    records by parity: arguments of collective k in rec[k % 2]
- *   line 1    sync: (number of syncs passed << 1) | failed
+ *   line 1    sync: (number of syncs passed << 2) | what it reported
  *   line 2    arrive: the number of the last collective this rank entered
  *   lines 3-36 inline records by parity, 17 lines each: the tag and the
  *             first 48 bytes of payload in the first line, the rest after
@@ -199,17 +199,30 @@ static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
     return &zcopy_ctl_slot(ctl, rank)->rec[seq & 1].args;
 }
 
-/* A full synchronisation of the comm. Every rank passes the same syncs in
- * the same order; returns true when any rank reported failure. */
-bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed);
+/* What a rank reports at a sync: it could not reach a peer's memory and
+ * wrote nothing (FAILED), or it failed after writing (BROKEN). */
+#define ZCOPY_CTL_SYNC_FAILED 0x1u
+#define ZCOPY_CTL_SYNC_BROKEN 0x2u
+#define ZCOPY_CTL_SYNC_BITS 2
+#define ZCOPY_CTL_SYNC_MASK ((1u << ZCOPY_CTL_SYNC_BITS) - 1)
 
-/* Whether @rank reported failure at the sync this rank passed last: the
+/* A full synchronisation of the comm. Every rank passes the same syncs in
+ * the same order; returns what the ranks reported, or-ed together. */
+unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags);
+
+/* The same, true when any rank reported anything. */
+static inline bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
+{
+    return zcopy_ctl_sync_flags(ctl, failed ? ZCOPY_CTL_SYNC_FAILED : 0) != 0;
+}
+
+/* Whether @rank reported FAILED at the sync this rank passed last: the
  * same answer on every rank until the next collective's first sync, which
  * no rank can pass before every rank has left this one. */
 static inline bool zcopy_ctl_failed_at_sync(const zcopy_ctl_t *ctl, int rank)
 {
     return atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,
-                                memory_order_acquire) & 1;
+                                memory_order_acquire) & ZCOPY_CTL_SYNC_FAILED;
 }
 
 /* This process's address of [addr, addr + len) of @rank's memory. */

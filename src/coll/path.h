@@ -48,7 +48,7 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
                                         zcopy_coll_type_t type, int rank,
                                         uint64_t seq);
 
-/* The tiny-collective path (inline.c): the per-rank payload when the call
+/* The small-collective path (inline.c): the per-rank payload when the call
  * takes it, else 0; then the call itself. */
 size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
                                const zcopy_coll_args_t *a, size_t limit);

@@ -286,7 +286,8 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     if (a->type == ZCOPY_COLL_BARRIER)
         return;
     /* Before any question about datatypes or ops, so that a job which
-     * never activates memory pays one store per call (SPEC section 4). */
+     * never activates memory pays for its decline only (two stores, SPEC
+     * section 4). */
     if (!zcopy_registry_any_activated() && plan_surely_has_data(zc, a)) {
         p->args.reason = REASON_NOTHING_ACTIVATED;
         return;

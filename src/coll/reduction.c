@@ -45,9 +45,11 @@ static void reduce_step(zcopy_algo_t *al, uint8_t *dst, uint8_t *const *ins,
         if (j != al->rank)
             al->ipc_bytes += count * al->ssize;
     }
+    /* Not a mapping failure: results are half written, nothing repairs
+     * them (planning rules out the pairs that could get here). */
     if (zcopy_reduce(al->a->op, al->a->stype, dst, srcs, n, count) !=
         ZCOPY_SUCCESS)
-        al->failed = true;
+        al->failed = al->broken = true;
 }
 
 /* Small and out of place: every rank reduces the whole vector into its own
@@ -58,6 +60,14 @@ static void allreduce_replicated(zcopy_algo_t *al, uint8_t *const *ins,
     reduce_step(al, out, ins, 0, 0, count);
     for (int j = 0; j < al->nranks; j++)
         al->ctl->hints[j] = j == al->rank ? NULL : ins[j];
+}
+
+/* A rank's reduction failed half-way: the same error on every rank. */
+static zcopy_status_t reduction_broken(const zcopy_algo_t *al)
+{
+    return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: a rank's reduction failed; "
+                       "the results are undefined",
+                       zcopy_coll_names[al->a->type]);
 }
 
 /* After a sync that reported failure: the slices of the ranks that failed,
@@ -117,6 +127,7 @@ zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
     uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *outs[ZCOPY_CTL_MAX_RANKS];
     const size_t count = al->a->scount, bytes = count * al->ssize;
     const bool in_place = zcopy_algo_args(al, 0)->flags & ZCOPY_CTL_IN_PLACE;
+    unsigned flags;
 
     if (count > 0 && map_all(al, true, bytes, ins) &&
         map_all(al, false, bytes, outs)) {
@@ -125,8 +136,11 @@ zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
         else
             allreduce_sliced(al, ins, outs, count);
     }
-    if (!zcopy_algo_finish(al))
+    flags = zcopy_algo_finish_flags(al);
+    if (flags == 0)
         return ZCOPY_SUCCESS;
+    if (flags & ZCOPY_CTL_SYNC_BROKEN)
+        return reduction_broken(al);
     return in_place ? repair_slices(al, count, -1) : ZCOPY_FALLBACK;
 }
 
@@ -138,6 +152,7 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
     const bool small = bytes <= zcopy_config.small_msg;
     const bool in_place = zcopy_algo_args(al, root)->flags & ZCOPY_CTL_IN_PLACE;
     size_t lo, hi, chunk = zcopy_chunk_elems(e);
+    unsigned flags;
 
     /* Small: the root alone reduces; nobody else maps anything (a rank
      * that could not would fail a call the root completed). */
@@ -160,8 +175,11 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
             al->ipc_bytes += len * e;
     }
 out:
-    if (!zcopy_algo_finish(al))
+    flags = zcopy_algo_finish_flags(al);
+    if (flags == 0)
         return ZCOPY_SUCCESS;
+    if (flags & ZCOPY_CTL_SYNC_BROKEN)
+        return reduction_broken(al);
     /* Small, only the root can have failed, before writing anything. */
     return in_place && !small ? repair_slices(al, count, root)
                               : ZCOPY_FALLBACK;
@@ -215,6 +233,7 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
     const bool in_place = zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE;
     size_t total = 0, displ = 0, own;
     zcopy_status_t st = ZCOPY_SUCCESS;
+    unsigned flags;
     uint8_t *dst;
 
     for (int j = 0; j < n; j++) {
@@ -233,7 +252,10 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
             reduce_step(al, dst + at * e, ins, r, (displ + at) * e, len);
         }
     }
-    if (zcopy_ctl_sync(al->ctl, al->failed)) {
+    flags = zcopy_algo_finish_flags(al);
+    if (flags & ZCOPY_CTL_SYNC_BROKEN)
+        return reduction_broken(al);
+    if (flags != 0) {
         if (!zcopy_algo_any_in_place(al))
             return ZCOPY_FALLBACK;
         st = repair_blocks(al);

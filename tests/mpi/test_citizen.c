@@ -812,8 +812,9 @@ static void run_mapfail(void)
 }
 
 /* One in-place call of @coll on @count doubles per block, on memory no
- * rank has mapped yet, first with rank 0 out of address space (a counted
- * fallback, right results), then without (zero-copy, right results). */
+ * rank has mapped yet, first with the ranks in @victims (a bit per rank)
+ * out of address space (a counted fallback, right results), then without
+ * (zero-copy, right results). */
 typedef enum {
     IP_ALLREDUCE, IP_REDUCE, IP_REDUCE_SCATTER, IP_ALLGATHER, IP_ALLTOALL
 } ip_coll_t;
@@ -847,8 +848,9 @@ static size_t ip_check(ip_coll_t coll, const double *buf, size_t count,
         case IP_ALLREDUCE:
             bad += buf[i] != ranks + size * (double)(i % 97);
             break;
-        case IP_REDUCE:
-            bad += rank == root && buf[i] != ranks + size * (double)(i % 97);
+        case IP_REDUCE: /* a non-root's input must come back untouched */
+            bad += rank == root ? buf[i] != ranks + size * (double)(i % 97)
+                                : buf[i] != ip_input(rank, 0, i);
             break;
         case IP_REDUCE_SCATTER:
             bad += buf[i] != ranks + size * (100.0 * rank + (double)(i % 97));
@@ -888,8 +890,17 @@ static int ip_call(ip_coll_t coll, double *buf, size_t count, int root)
 }
 
 static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
-                             int root)
+                             int root, unsigned victims)
 {
+    const bool victim = victims >> rank & 1;
+    /* Small in-place reduces are the root's alone: only a root that
+     * cannot map falls back. In-place alltoall swaps each pair from its
+     * lower rank: the last rank maps nobody. */
+    const bool falls_back =
+        coll == IP_ALLTOALL ? (victims & ~(1u << (size - 1))) != 0
+        : coll == IP_REDUCE && count * sizeof(double) <= 16384
+            ? (victims >> root & 1) != 0
+            : true;
     struct rlimit old, tight;
     MPIX_Zcopy_stats before, after;
     zt_arena_t arena;
@@ -905,11 +916,11 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
     for (int pass = 0; pass < 2; pass++) {
         const bool limited = pass == 0;
 
-        snprintf(what, sizeof(what), "%s in place, %zu doubles, root %d, %s",
-                 name, count, root, limited ? "rank 0 out of address space"
-                                            : "limit lifted");
+        snprintf(what, sizeof(what), "%s in place, %zu doubles, root %d, %s "
+                 "%#x", name, count, root, limited ? "out of address space:"
+                                                   : "limit lifted, was", victims);
         ip_fill(coll, buf, count);
-        if (limited && rank == 0) {
+        if (limited && victim) {
             tight.rlim_cur = vm_size_bytes() + 16 * MIB;
             zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
         }
@@ -918,15 +929,12 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
         rc = ip_call(coll, buf, count, root);
         alarm(0);
         after = zt_stats(MPI_COMM_WORLD);
-        if (limited && rank == 0)
+        if (limited && victim)
             zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
         ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
         bad = ip_check(coll, buf, count, root);
         ZT_CHECK(bad == 0, "%s: %zu wrong elements", what, bad);
-        /* Small in-place reduces are the root's alone: only a root that
-         * cannot map falls back. */
-        if (limited && (coll != IP_REDUCE || count * sizeof(double) > 16384 ||
-                        root == 0))
+        if (limited && falls_back)
             ZT_CHECK(after.fallback_calls == before.fallback_calls + 1 &&
                      after.zcopy_calls == before.zcopy_calls &&
                      strstr(after.last_fallback_reason, "could not be mapped"),
@@ -944,19 +952,27 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
     zt_arena_fini(&arena);
 }
 
+/* The failing ranks: the first, the last (whose slice and block are not
+ * at the front), and both. */
 static void run_mapfail_in_place(void)
 {
     const size_t small = 512, large = 8192; /* 4 KiB, 64 KiB per block */
+    const unsigned sets[] = { 1u, 1u << (size - 1), 1u | 1u << (size - 1) };
 
-    mapfail_in_place(IP_ALLREDUCE, "allreduce", small, 0);
-    mapfail_in_place(IP_ALLREDUCE, "allreduce", large, 0);
-    mapfail_in_place(IP_REDUCE, "reduce", small, 0);
-    mapfail_in_place(IP_REDUCE, "reduce", small, size - 1);
-    mapfail_in_place(IP_REDUCE, "reduce", large, 0);
-    mapfail_in_place(IP_REDUCE, "reduce", large, size - 1);
-    mapfail_in_place(IP_REDUCE_SCATTER, "reduce_scatter_block", small, 0);
-    mapfail_in_place(IP_ALLGATHER, "allgather", small, 0);
-    mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0);
+    for (size_t v = 0; v < sizeof(sets) / sizeof(sets[0]); v++) {
+        const unsigned s = sets[v];
+
+        mapfail_in_place(IP_ALLREDUCE, "allreduce", small, 0, s);
+        mapfail_in_place(IP_ALLREDUCE, "allreduce", large, 0, s);
+        mapfail_in_place(IP_REDUCE, "reduce", small, 0, s);
+        mapfail_in_place(IP_REDUCE, "reduce", small, size - 1, s);
+        mapfail_in_place(IP_REDUCE, "reduce", large, 0, s);
+        mapfail_in_place(IP_REDUCE, "reduce", large, size - 1, s);
+        mapfail_in_place(IP_REDUCE_SCATTER, "reduce_scatter_block", small, 0,
+                         s);
+        mapfail_in_place(IP_ALLGATHER, "allgather", small, 0, s);
+        mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, s);
+    }
 }
 
 /* --- set-up retried after running out of memory --------------------------- */

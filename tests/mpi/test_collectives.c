@@ -1252,7 +1252,9 @@ static bool expect_zcopy(const coll_case_t *c)
 
 /* coll_zcopy_inline_max, as the job runs it (read after MPI_Init). */
 static unsigned long inline_max;
-/* What a communicator that spans servers carries inline at most. */
+/* What an inline record holds (larger settings act as this), and what a
+ * communicator that spans servers carries inline at most. */
+#define INLINE_CAPACITY 1072
 #define SPAN_INLINE_MAX 48
 
 /* zcopy's rule for small collectives (README, "Small messages"): when every
@@ -1697,6 +1699,8 @@ int main(int argc, char **argv)
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
+    if (inline_max > INLINE_CAPACITY)
+        inline_max = INLINE_CAPACITY;
     /* A failing call is reported and checked, not fatal. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
