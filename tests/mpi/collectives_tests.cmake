@@ -19,6 +19,12 @@ foreach(np 4 3)
                      TARGET test_collectives NP ${np} ARGS activated span
                      MCA coll_zcopy_virtual_servers=2 LABELS span)
 endforeach()
+# Scale by simulation: 16 ranks on 8 virtual servers of 2 (oversubscribed
+# on 2 cores, so correctness only; about 110 s here).
+zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16
+                   TARGET test_collectives NP 16 ARGS activated span
+                   MCA coll_zcopy_virtual_servers=8 LABELS span scale)
+set_tests_properties(mpi.collectives.vservers8.np16 PROPERTIES TIMEOUT 600)
 foreach(np 2 3)
   zcopy_add_mpi_test(NAME mpi.collectives.ucx.np${np}
                      TARGET test_collectives NP ${np} ARGS activated span
