@@ -217,12 +217,14 @@ static void test_remap(int fd0)
         zcopy_mem_handle_t h = activate_new(res, block_bytes);
 
         run_suite(res, count, 10 * k + 1, k);
-        /* Own block plus each peer's current one, imported by allgather;
-         * the previous handles' imports must be gone. */
+        /* Own block plus at most each peer's current one: the previous
+         * handles' imports must be gone. (A peer's current one may be gone
+         * too: one that left the last sync first may have released it
+         * already, seen by this rank's own wait.) */
         maps = block_maps();
-        if (maps != nranks && bad_maps++ == 0)
-            ZT_CHECK(false, "cycle %d: %d zcopy memory mappings, expected %d "
-                     "(own block + one per peer)", k, maps, nranks);
+        if ((maps < 1 || maps > nranks) && bad_maps++ == 0)
+            ZT_CHECK(false, "cycle %d: %d zcopy memory mappings, expected 1 "
+                     "to %d (own block + one per peer)", k, maps, nranks);
         release(res, h);
         fds = proc_count_fds();
         if (fds != fd0 && bad_fds++ == 0)
@@ -310,8 +312,12 @@ static void test_churn(int fd0)
                      val(k, (int)(i / count), i % count));
             bad_data += bad >= 0;
         }
+        /* Own block plus at most one import per peer, never a stale one
+         * on top. Fewer is right too: a peer that passed the last sync
+         * first may have deactivated already, and the sweep this rank's
+         * own wait runs from the progress loop lets its block go. */
         maps = block_maps();
-        if (maps != nranks)
+        if (maps < 1 || maps > nranks)
             bad_maps++;
         zt_require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, res) ==
                    MPI_SUCCESS, "deactivate");
@@ -321,8 +327,8 @@ static void test_churn(int fd0)
              CHURN_CYCLES);
     ZT_CHECK(bad_data == 0, "%d of %d churn allgathers gave wrong data",
              bad_data, CHURN_CYCLES);
-    ZT_CHECK(bad_maps == 0, "%d of %d churn cycles had a mapping count other "
-             "than %d", bad_maps, CHURN_CYCLES, nranks);
+    ZT_CHECK(bad_maps == 0, "%d of %d churn cycles had a mapping count "
+             "outside 1..%d", bad_maps, CHURN_CYCLES, nranks);
     ZT_CHECK(s1.zcopy_calls - s0.zcopy_calls == CHURN_CYCLES &&
                  s1.fallback_calls == s0.fallback_calls,
              "churn: %llu of %d allgathers zero-copy (last fallback: %s)",
