@@ -102,14 +102,6 @@ static bool coll_writes_vectors(const zcopy_comm_t *zc,
            a->root == zc->rank;
 }
 
-/* How many vectors of n entries planning published with the record. */
-static unsigned coll_vectors(const zcopy_comm_t *zc, const zcopy_coll_args_t *a)
-{
-    if (a->type == ZCOPY_COLL_ALLTOALLV)
-        return a->sbuf == MPI_IN_PLACE ? 2 : 3;
-    return coll_writes_vectors(zc, a) ? 1 : 0;
-}
-
 /* What changes the path or the number of steps of a collective: if ranks
  * disagreed on any of it, they would wait for each other in different
  * steps. Agreed once, at set-up, never trusted. */
@@ -154,7 +146,8 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .transport = (uint32_t)zcopy_config.transport,
         .virtual_servers = (uint32_t)zcopy_config.virtual_servers,
         .small_msg = zcopy_config.small_msg,
-        .inline_max = zcopy_coll_inline_limit(), /* values above it act alike */
+        /* Values above a record's capacity act alike. */
+        .inline_max = zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX),
     };
     coll_settings_t root = mine;
     int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;
@@ -277,10 +270,11 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return zcopy_coll_fallback(zc, a->type,
                                    zcopy_coll_reason_text[plan.args.reason]);
     }
-    inline_total = zcopy_coll_inline_bytes(zc, a, zcopy_coll_inline_limit());
+    inline_total = zcopy_coll_inline_bytes(
+        zc, a, zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX));
     if (inline_total > 0)
         return zcopy_coll_run_inline(zc, a, &plan, inline_total);
-    al.seq = zcopy_ctl_publish(zc->ctl, &plan.args, coll_vectors(zc, a));
+    al.seq = zcopy_ctl_publish(zc->ctl, &plan.args, plan.nvectors);
     /* While the arrival travels: fetch the peer data the last call read. */
     zcopy_ctl_prefetch_hints(zc->ctl);
     bad = zcopy_ctl_wait_arrivals(zc->ctl, al.seq, zcopy_coll_names[a->type]);

@@ -32,6 +32,7 @@ typedef struct {
     size_t slen;
     const void *rbuf;
     size_t rlen;
+    unsigned nvectors;            /* written into the control slot */
 } coll_plan_t;
 
 /* Fills @p with this rank's arguments and eligibility (plan.c). */
@@ -52,11 +53,12 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
  * takes it, else 0; then the call itself. */
 size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
                                const zcopy_coll_args_t *a, size_t limit);
-/* The limit inside a server: the parameter, within what a record holds. */
-static inline size_t zcopy_coll_inline_limit(void)
+/* The parameter, within what the path's carrier holds (@capacity: an
+ * inline record inside a server, an arrival between servers). */
+static inline size_t zcopy_coll_inline_limit(size_t capacity)
 {
-    return zcopy_config.inline_max < ZCOPY_CTL_INLINE_MAX
-               ? zcopy_config.inline_max : ZCOPY_CTL_INLINE_MAX;
+    return zcopy_config.inline_max < capacity ? zcopy_config.inline_max
+                                              : capacity;
 }
 /* Its two halves, shared with the spanning path (span.c), which carries
  * the payload in its arrival instead of a control line: what this rank

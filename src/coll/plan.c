@@ -147,6 +147,7 @@ static void plan_gather(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     } else {
         int64_t *displs = ctl ? zcopy_ctl_vector(ctl, r, zcopy_ctl_next(ctl), 0)
                               : NULL;
+        p->nvectors = displs != NULL;
         if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &lo, &hi,
                            displs)) {
             p->args.reason = REASON_LAYOUT;
@@ -176,6 +177,7 @@ static void plan_scatter(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     } else {
         int64_t *displs = ctl ? zcopy_ctl_vector(ctl, r, zcopy_ctl_next(ctl), 0)
                               : NULL;
+        p->nvectors = displs != NULL;
         if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &lo, &hi,
                            displs)) {
             p->args.reason = REASON_LAYOUT;
@@ -218,6 +220,7 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     for (int j = 0; j < n && ctl; j++)
         zcopy_ctl_vector(ctl, r, next, 2)[j] = (int64_t)a->rcounts[j] *
                                                (int64_t)al->rsize;
+    p->nvectors = ctl ? 2 : 0;
     plan_recv(p, (const uint8_t *)a->rbuf + rlo, rhi - rlo);
     p->args.rbuf = (uintptr_t)a->rbuf;
     if (in_place) {
@@ -225,6 +228,7 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.sbuf = (uintptr_t)a->rbuf;
         return;
     }
+    p->nvectors = ctl ? 3 : 0;
     if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &slo, &shi,
                        ctl ? zcopy_ctl_vector(ctl, r, next, 0) : NULL)) {
         p->args.reason = REASON_LAYOUT;

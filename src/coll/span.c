@@ -580,8 +580,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         }
     }
     inline_total = zcopy_coll_inline_bytes(
-        zc, a, zcopy_coll_inline_limit() < ZCOPY_SPAN_INLINE_MAX
-                   ? zcopy_coll_inline_limit() : ZCOPY_SPAN_INLINE_MAX);
+        zc, a, zcopy_coll_inline_limit(ZCOPY_SPAN_INLINE_MAX));
     span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)

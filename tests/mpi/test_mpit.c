@@ -119,6 +119,37 @@ int main(int argc, char **argv)
         ZT_CHECK(d[5] == 4 && d[6] == (32 + 8 + 8) + (16 + 4) + 16,
                  "control: %llu messages and %llu bytes, expected 4 and %d",
                  d[5], d[6], (32 + 8 + 8) + (16 + 4) + 16);
+
+        /* An alltoallv publishes its three vectors of n displacements and
+         * counts with the record, and passes one sync. */
+        {
+            int nranks, *counts, *displs;
+            const int each = 4;
+            size_t want;
+
+            MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+            counts = malloc((size_t)nranks * sizeof(int));
+            displs = malloc((size_t)nranks * sizeof(int));
+            for (int j = 0; j < nranks; j++) {
+                counts[j] = each;
+                displs[j] = j * each;
+            }
+            s0 = zt_stats(MPI_COMM_WORLD);
+            MPI_Alltoallv(in, counts, displs, MPI_INT32_T, out, counts,
+                          displs, MPI_INT32_T, MPI_COMM_WORLD);
+            s1 = zt_stats(MPI_COMM_WORLD);
+            want = 32 + 8 + 3 * (size_t)nranks * 8 + 8;
+            ZT_CHECK(s1.zcopy_calls - s0.zcopy_calls == 1 &&
+                         s1.ctl_msgs - s0.ctl_msgs == 2 &&
+                         s1.ctl_bytes - s0.ctl_bytes == want,
+                     "alltoallv: zcopy +%llu, control +%llu messages +%llu "
+                     "bytes, expected 1, 2 and %zu",
+                     (unsigned long long)(s1.zcopy_calls - s0.zcopy_calls),
+                     (unsigned long long)(s1.ctl_msgs - s0.ctl_msgs),
+                     (unsigned long long)(s1.ctl_bytes - s0.ctl_bytes), want);
+            free(counts);
+            free(displs);
+        }
         pvars_close(&p);
     }
     free(plain);
