@@ -420,7 +420,9 @@ table 0
 
 plot_charts() {
     local term=png coll dat ncol
-    if gnuplot -e 'set terminal' 2>&1 | grep -qw pngcairo; then
+    # Read whole before matching: `gnuplot | grep -q` fails under pipefail
+    # when grep exits first and gnuplot gets SIGPIPE.
+    if grep -qw pngcairo <<<"$(gnuplot -e 'set terminal' 2>&1)"; then
         term=pngcairo
     fi
     IFS=, read -r -a coll_list <<<"$colls"

@@ -64,11 +64,14 @@ if command -v ipcmk >/dev/null; then
         pass "System V IPC is private to each server"
     fi
 fi
-if "$cluster" --name "$name" exec 0 ip -o addr show | grep -q "169.254.77.1/" &&
-   "$cluster" --name "$name" exec 1 ip -o addr show | grep -q "169.254.77.2/"; then
+# The listings are read whole before matching: under pipefail, `ip | grep -q`
+# fails whenever grep exits before ip has written its last line (SIGPIPE).
+addr0=$("$cluster" --name "$name" exec 0 ip -o addr show)
+addr1=$("$cluster" --name "$name" exec 1 ip -o addr show)
+if grep -q "169.254.77.1/" <<<"$addr0" && grep -q "169.254.77.2/" <<<"$addr1"; then
     pass "each server has its own address on the cluster's link"
 else
-    fail "addresses on the cluster's link"
+    fail "addresses on the cluster's link: server 0: $addr0; server 1: $addr1"
 fi
 "$cluster" --name "$name" down
 [[ ! -e $CLUSTER_STATE/$name ]] || fail "down left $CLUSTER_STATE/$name"
