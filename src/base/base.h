@@ -102,6 +102,11 @@ int zcopy_memfd_seal_size(int fd);
  * owner writes, such as the export table. */
 int zcopy_memfd_seal_read_only(int fd);
 
+/* A shared segment of @size bytes for peers to map: a memfd, owner-only,
+ * allocated now (ENOMEM here rather than SIGBUS later), size sealed. */
+zcopy_status_t zcopy_memfd_segment(const char *name, size_t size, int *fd_p,
+                                   uint64_t *ino_p);
+
 /* Makes room for one more element after @count in a realloc'ed array of
  * *@capacity elements (doubling it when full); false when out of memory. */
 bool zcopy_array_reserve(void **array, size_t *capacity, size_t count,

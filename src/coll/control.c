@@ -4,22 +4,17 @@
  */
 #include "control.h"
 
-#include "host/progress.h"
+#include "wait.h"
 #include "topo/topo.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-/* CPUs 0 to 1023, as many as glibc's cpu_set_t holds by default. */
-#define CTL_CPU_WORDS 16
 
 /* What every rank tells the others when a communicator is set up. */
 typedef struct {
@@ -30,180 +25,39 @@ typedef struct {
     uint64_t segment_ino;
     uint32_t access;              /* zcopy_ipc_access_local() */
     uint32_t reserved;
-    uint64_t cpus[CTL_CPU_WORDS]; /* its affinity; all zero if unknown */
+    zcopy_cpus_t cpus;            /* its affinity */
 } ctl_hello_t;
 static_assert(sizeof(ctl_hello_t) == 200, "exchanged between processes");
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* A wait in progress: which collective, and since when, so that a peer that
- * never arrives is reported once (the wait itself goes on, as MPI's does). */
-typedef struct {
-    const zcopy_ctl_t *ctl;
-    const char *what;
-    uint64_t seq;
-    unsigned spins;
-    bool reported;
-    struct timespec since;
-} ctl_wait_t;
-
-/* Spins between two runs of the MPI library's progress engine: a few
- * hundred nanoseconds, longer than a tiny collective's arrival takes, so
- * the latency of a call whose peers are already there pays nothing. */
-#define CTL_SPINS_PER_PROGRESS 16
 /* Spins between two looks at a peer's arrival while waiting for its record. */
 #define CTL_SPINS_PER_ARRIVAL 8
-/* Spins between two looks at the clock for the stuck-peer report. */
-#define CTL_SPINS_PER_CLOCK 4096
 
-static void ctl_wait_init(ctl_wait_t *w, const zcopy_ctl_t *ctl,
+static void ctl_wait_init(zcopy_wait_t *w, const zcopy_ctl_t *ctl,
                           const char *what, uint64_t seq)
 {
-    *w = (ctl_wait_t){ .ctl = ctl, .what = what, .seq = seq };
+    zcopy_wait_init(w, ctl->yield, ctl->rank, what, seq);
 }
 
-static void ctl_wait_check_clock(ctl_wait_t *w, int peer)
+/* The ranks' affinities, for zcopy_wait_yields(). */
+static bool ctl_yields(const ctl_hello_t *all, int rank, int nranks)
 {
-    struct timespec now;
-    double waited;
+    const zcopy_cpus_t *cpus[ZCOPY_CTL_MAX_RANKS];
 
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (w->since.tv_sec == 0 && w->since.tv_nsec == 0) {
-        w->since = now;
-        return;
-    }
-    waited = (double)(now.tv_sec - w->since.tv_sec) +
-             (double)(now.tv_nsec - w->since.tv_nsec) * 1e-9;
-    if (w->reported || zcopy_config.wait_report_s <= 0 ||
-        waited < (double)zcopy_config.wait_report_s)
-        return;
-    w->reported = true;
-    zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d has waited %.0f s for rank %d "
-              "in %s (collective %llu on this communicator); still waiting",
-              w->ctl->rank, waited, peer, w->what ? w->what : "a collective",
-              (unsigned long long)w->seq);
+    for (int r = 0; r < nranks; r++)
+        cpus[r] = &all[r].cpus;
+    return zcopy_wait_yields(cpus, nranks, rank);
 }
 
-/* One turn of a wait for @peer. MPI's progress rule: while this rank waits,
- * its process's point-to-point, nonblocking and one-sided operations must
- * keep completing, so the MPI library's progress engine runs every few
- * spins (and, through it, zcopy's UCX worker, which a peer's emulated get
- * or put may need). Spin while every rank has a core; when ranks outnumber
- * cores, give the core away every turn, or the rank waited for cannot run:
- * once, by the engine's own yield when it has one (measured at np 4 on 2
- * cores: 10 us per tiny collective, against 19 us yielding twice). */
-static inline void ctl_relax(ctl_wait_t *w, int peer)
+static int ctl_cpus_shared(const ctl_hello_t *all, int nranks)
 {
-    const unsigned n = ++w->spins;
-    const bool yielding = w->ctl->yield && n > 8;
-    bool yielded = false;
+    const zcopy_cpus_t *cpus[ZCOPY_CTL_MAX_RANKS];
 
-    if (yielding || n % CTL_SPINS_PER_PROGRESS == 0)
-        yielded = zcopy_host_progress();
-    if (n % CTL_SPINS_PER_CLOCK == 0 || (yielding && n % 64 == 0))
-        ctl_wait_check_clock(w, peer);
-    /* The engine says it yielded when it would have, idle; a busy one did
-     * not, so every eighth turn yields here regardless. */
-    if (yielded && n % 8 != 0)
-        return;
-    if (yielding || n % 4096 == 0)
-        sched_yield();
-    else
-        cpu_relax();
-}
-
-static void cpus_of_self(uint64_t *words)
-{
-    cpu_set_t set;
-
-    memset(words, 0, CTL_CPU_WORDS * sizeof(*words));
-    if (sched_getaffinity(0, sizeof(set), &set) != 0)
-        return;
-    for (int c = 0; c < CTL_CPU_WORDS * 64 && c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set))
-            words[c / 64] |= UINT64_C(1) << (c % 64);
-}
-
-/* How many CPUs the ranks of @all may run on together; 0 if a rank could
- * not tell. */
-static int cpus_shared(const ctl_hello_t *all, int nranks)
-{
-    uint64_t any[CTL_CPU_WORDS] = { 0 };
-    int count = 0;
-
-    for (int r = 0; r < nranks; r++) {
-        uint64_t mine = 0;
-
-        for (int w = 0; w < CTL_CPU_WORDS; w++) {
-            any[w] |= all[r].cpus[w];
-            mine |= all[r].cpus[w];
-        }
-        if (mine == 0)
-            return 0;
-    }
-    for (int w = 0; w < CTL_CPU_WORDS; w++)
-        count += __builtin_popcountll(any[w]);
-    return count;
-}
-
-/* Ranks outnumber cores when more processes share the server's CPUs than
- * there are CPUs to run them. Two views, either is enough:
- * - this communicator's ranks against the CPUs they may run on together,
- *   which sees ranks that a cpuset or taskset confines to fewer CPUs than
- *   ranks (two to a core, say);
- * - the job's ranks on this host against the CPUs one process may use; a
- *   process bound to one core says nothing here (mpirun binds each rank to
- *   a core of its own when they fit), so only a set of several counts. */
-static bool ranks_outnumber_cores(const ctl_hello_t *all, int rank,
-                                  int nranks)
-{
-    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = local_size ? atoi(local_size) : nranks;
-    int shared = cpus_shared(all, nranks);
-    int mine = 0;
-
-    if (zcopy_config.yield_mode)
-        return zcopy_config.yield_mode == 1;
-    if (shared > 0 && nranks > shared)
-        return true;
-    for (int w = 0; w < CTL_CPU_WORDS; w++)
-        mine += __builtin_popcountll(all[rank].cpus[w]);
-    if (mine > 1 && mine < cores)
-        cores = mine;
-    return (local > nranks ? local : nranks) > cores;
+    for (int r = 0; r < nranks; r++)
+        cpus[r] = &all[r].cpus;
+    return zcopy_cpus_shared(cpus, nranks);
 }
 
 /* --- setup --------------------------------------------------------------- */
-
-static zcopy_status_t segment_create(size_t size, int *fd_p, uint64_t *ino_p)
-{
-    struct stat st;
-    int fd = memfd_create("zcopy-ctl", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-
-    if (fd < 0)
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "control segment: %s",
-                           strerror(errno));
-    /* Allocate now: ENOMEM here rather than SIGBUS inside a collective.
-     * memfds are born 0777; owner-only, as all shared state (SPEC 8). */
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
-        fallocate(fd, 0, 0, (off_t)size) != 0 ||
-        zcopy_memfd_seal_size(fd) != 0 || fstat(fd, &st) != 0) {
-        close(fd);
-        return zcopy_error(ZCOPY_ERR_NOMEM, "control segment: %s",
-                           strerror(errno));
-    }
-    *fd_p = fd;
-    *ino_p = (uint64_t)st.st_ino;
-    return ZCOPY_SUCCESS;
-}
 
 static zcopy_status_t ctl_alloc(zcopy_ctl_t **ctl_p, int rank, int nranks)
 {
@@ -353,13 +207,13 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
     }
     zcopy_topo_rank_self(&mine.where);
-    cpus_of_self(mine.cpus);
+    zcopy_cpus_of_self(&mine.cpus);
     st = ctl_alloc(&ctl, zc->rank, zc->size);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
     if (st == ZCOPY_SUCCESS && zc->rank == 0)
-        st = segment_create(ctl->segment_size, &mine.segment_fd,
-                            &mine.segment_ino);
+        st = zcopy_memfd_segment("zcopy-ctl", ctl->segment_size,
+                                 &mine.segment_fd, &mine.segment_ino);
     if (mine.segment_fd >= 0) /* to the others, if over sockets */
         zcopy_ipc_fdpass_offer(mine.segment_fd, mine.segment_ino);
     mine.access = st == ZCOPY_SUCCESS
@@ -394,8 +248,8 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     if (failed < 0)
         st = access_apply(zc, all, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS && failed < 0) {
-        ctl->yield = ranks_outnumber_cores(all, zc->rank, zc->size);
-        const int shared = zc->rank == 0 ? cpus_shared(all, zc->size) : 0;
+        ctl->yield = ctl_yields(all, zc->rank, zc->size);
+        const int shared = zc->rank == 0 ? ctl_cpus_shared(all, zc->size) : 0;
 
         if (shared > 0)
             zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks share %d CPU%s: "
@@ -450,7 +304,7 @@ out:
 
 void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
 {
-    ctl_wait_t w;
+    zcopy_wait_t w;
 
     if (ctl->arrived + 1 >= seq)
         return;
@@ -459,7 +313,7 @@ void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         while (atomic_load_explicit(&slot->arrive, memory_order_acquire) <
                seq - 1)
-            ctl_relax(&w, r);
+            zcopy_wait_relax(&w, r);
     }
     ctl->arrived = seq - 1;
 }
@@ -503,10 +357,10 @@ uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args,
 
 /* Waits for @rank's record of @seq (*tag, its tag word) or its arrival;
  * true when the record is there, false when the rank declined. */
-static bool ctl_wait_record(ctl_wait_t *w, int rank, _Atomic uint64_t *tag,
-                            uint64_t seq)
+static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
+                            _Atomic uint64_t *tag, uint64_t seq)
 {
-    const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(w->ctl, rank);
+    const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, rank);
 
     for (;;) {
         /* Acquire: pairs with the peer's release of the tag. */
@@ -520,7 +374,7 @@ static bool ctl_wait_record(ctl_wait_t *w, int rank, _Atomic uint64_t *tag,
             atomic_load_explicit(&slot->arrive, memory_order_acquire) >= seq)
             /* The tag is stored before the arrival: look once more. */
             return atomic_load_explicit(tag, memory_order_acquire) == seq;
-        ctl_relax(w, rank);
+        zcopy_wait_relax(w, rank);
     }
 }
 
@@ -530,14 +384,14 @@ static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
                         const char *what)
 {
     int first_declined = -1;
-    ctl_wait_t w;
+    zcopy_wait_t w;
 
     ctl_wait_init(&w, ctl, what, seq);
     for (int r = 0; r < ctl->nranks; r++) {
         zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         _Atomic uint64_t *tag = inline_records ? &slot->inl[seq & 1].seq
                                                : &slot->rec[seq & 1].seq;
-        if (!ctl_wait_record(&w, r, tag, seq) && first_declined < 0)
+        if (!ctl_wait_record(ctl, &w, r, tag, seq) && first_declined < 0)
             first_declined = r;
     }
     ctl->arrived = seq;
@@ -580,7 +434,7 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     uint64_t target = ++ctl->syncs;
     unsigned any = flags & ZCOPY_CTL_SYNC_MASK;
-    ctl_wait_t w;
+    zcopy_wait_t w;
 
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
     ctl_count(ctl, sizeof(own->sync));
@@ -593,7 +447,7 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
         uint64_t v;
         while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
                 ZCOPY_CTL_SYNC_BITS) < target)
-            ctl_relax(&w, r);
+            zcopy_wait_relax(&w, r);
         any |= (unsigned)(v & ZCOPY_CTL_SYNC_MASK);
     }
     return any;

@@ -12,15 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* What every rank tells the others when a spanning communicator is set up. */
-typedef struct {
-    zcopy_topo_rank_t where;      /* which server */
-    zcopy_ipc_id_t ipc;           /* how its group maps its memory */
-    uint32_t address_len;         /* of its UCX worker address */
-    uint32_t access;              /* zcopy_ipc_access_local() */
-    uint32_t reserved[2];
-} span_hello_t;
-static_assert(sizeof(span_hello_t) == 64, "exchanged between processes");
+typedef zcopy_span_hello_t span_hello_t;
 
 static bool same_server(const span_hello_t *a, const span_hello_t *b)
 {
@@ -63,13 +55,13 @@ void zcopy_span_destroy(zcopy_span_t *sp)
     free(sp->members);
     free(sp->peers);
     free(sp->eps);
-    free(sp->descs);
     free(sp->sdispls);
     free(sp->sdispls_out);
     free(sp->flags);
     free(sp->block_lo);
     free(sp->landing);
     span_scratch_release(sp);
+    zcopy_span_plane_destroy(sp);
     free(sp);
 }
 
@@ -88,13 +80,13 @@ static zcopy_span_t *span_alloc(int rank, int n)
     sp->members = calloc(un, sizeof(int));
     sp->peers = calloc(un, sizeof(*sp->peers));
     sp->eps = calloc(un, sizeof(*sp->eps));
-    sp->descs = calloc(un, sizeof(*sp->descs));
+    sp->plane_fd = -1;
     sp->sdispls = calloc(un, sizeof(int64_t));
     sp->sdispls_out = calloc(un, sizeof(int64_t));
     sp->flags = calloc(un, sizeof(int32_t));
     sp->block_lo = calloc(un, sizeof(size_t));
     if (!sp->block_lo || !sp->group || !sp->index || !sp->group_start || !sp->members ||
-        !sp->peers || !sp->eps || !sp->descs || !sp->sdispls ||
+        !sp->peers || !sp->eps || !sp->sdispls ||
         !sp->sdispls_out || !sp->flags) {
         zcopy_span_destroy(sp);
         return NULL;
@@ -206,6 +198,8 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     all = calloc((size_t)zc->size, sizeof(*all));
     st = sp && all ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
     zcopy_topo_rank_self(&mine.where);
+    zcopy_cpus_of_self(&mine.cpus);
+    mine.plane_id = zcopy_span_plane_new_id();
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
     if (st == ZCOPY_SUCCESS)
@@ -249,6 +243,9 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
      * is known to all at once. */
     st = span_agree(zc, span_access_agree(sp, all), "serving descriptors",
                     reason, reason_len);
+    if (st == ZCOPY_SUCCESS)
+        st = span_agree(zc, zcopy_span_plane_create(zc, sp, all),
+                        "the control plane", reason, reason_len);
     if (st == ZCOPY_SUCCESS)
         st = span_connect(sp, all, addresses, stride);
     if (st != ZCOPY_SUCCESS)
@@ -298,7 +295,7 @@ uint8_t *zcopy_span_map(zcopy_span_algo_t *sa, int r, uint64_t addr,
 static zcopy_ucx_rkey_t *span_rkey(zcopy_span_algo_t *sa, int r, uint64_t addr,
                                    size_t len)
 {
-    const zcopy_span_desc_t *d = &sa->sp->descs[r];
+    const zcopy_span_desc_t *d = zcopy_span_desc(sa->sp, r);
     const zcopy_ucx_block_desc_t *b = NULL;
     zcopy_ucx_remote_t remote;
     zcopy_ucx_rkey_t *rkey;
@@ -406,23 +403,10 @@ void zcopy_span_complete(zcopy_span_algo_t *sa)
 
 bool zcopy_span_sync(zcopy_span_algo_t *sa)
 {
-    zcopy_span_t *sp = sa->sp;
-    int32_t failed;
-    bool any = false;
-
     zcopy_span_complete(sa);
-    failed = sa->failed;
-    span_count(sa->zc, sizeof(failed));
-    /* The flags array doubles as the receive buffer: it is all zero after
-     * zcopy_span_complete(). */
-    if (sa->zc->ops.allgather(&failed, sp->flags, sizeof(failed),
-                              sa->zc->ops.ctx) != MPI_SUCCESS)
-        any = true;
-    for (int r = 0; r < sp->nranks; r++) {
-        any |= sp->flags[r] != 0;
-        sp->flags[r] = 0;
-    }
-    return any;
+    return zcopy_span_plane_sync(sa->zc, sa->sp, sa->failed
+                                                     ? ZCOPY_CTL_SYNC_FAILED
+                                                     : 0) != 0;
 }
 
 /* At least @bytes of landing area, kept between calls. */
@@ -586,13 +570,11 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
                            "displacements failed");
-    span_count(zc, sizeof(mine));
-    if (zc->ops.allgather(&mine, sp->descs, sizeof(mine), zc->ops.ctx) !=
-        MPI_SUCCESS)
+    if (zcopy_span_arrive(zc, sp, &mine) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
     for (int r = 0; r < sp->nranks; r++) {
-        const uint32_t reason = sp->descs[r].args.reason;
+        const uint32_t reason = zcopy_span_desc(sp, r)->args.reason;
         /* A code from another process: checked before it indexes. */
         if (reason != REASON_NONE)
             return zcopy_coll_fallback(zc, a->type, reason < REASON_COUNT
@@ -603,7 +585,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         /* The payloads came with the arrivals: nobody reads a peer's
          * buffer, so no sync follows (as in a server, inline.c). */
         for (int r = 0; r < sp->nranks; r++)
-            lines[r] = sp->descs[r].inl;
+            lines[r] = zcopy_span_desc(sp, r)->inl;
         ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, inline_total));
         zc->stats.zcopy_calls++;
         zc->stats.inline_calls++;

@@ -10,16 +10,20 @@
  * move each byte between groups once where they can and then spread it
  * inside the group through mappings.
  *
- * Agreement and synchronisation go through the previous component's
- * collectives on the communicator itself (the service ops): small, blocking,
- * and safe because Open MPI's progress loop progresses the UCX worker while
- * they wait (the component registers zcopy_coll_progress with it), so a
- * rank waiting in one still serves the emulated gets and puts of its peers.
+ * Agreement and synchronisation go through the spanning control plane
+ * (span_plane.c): inside a group, lines of a segment the group shares;
+ * between groups, tagged UCX messages among the groups' leaders, one per
+ * pair of leaders and round. Its waits progress Open MPI's engine and,
+ * through it, the UCX worker, so a rank waiting in one still serves the
+ * emulated gets and puts of its peers. Only set-up (and alltoallv's
+ * displacements) use the previous component's collectives.
  */
 #ifndef ZCOPY_COLL_SPAN_H
 #define ZCOPY_COLL_SPAN_H
 
 #include "path.h"
+#include "wait.h"
+#include "topo/topo.h"
 #include "ucx/ucx.h"
 
 /* Payload bytes per rank an arrival between servers carries: every rank
@@ -36,6 +40,25 @@ typedef struct {
     uint8_t inl[ZCOPY_SPAN_INLINE_MAX];
 } zcopy_span_desc_t;
 
+/* Bytes of an arrival in the control plane's areas: whole cache lines, so
+ * that ranks of a group write theirs without sharing a line. */
+#define ZCOPY_SPAN_DESC_STRIDE 512
+static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
+              "an arrival fits its place");
+
+/* What every rank tells the others when a spanning communicator is set up. */
+typedef struct {
+    zcopy_topo_rank_t where;      /* which server */
+    zcopy_ipc_id_t ipc;           /* how its group maps its memory */
+    uint32_t address_len;         /* of its UCX worker address */
+    uint32_t access;              /* zcopy_ipc_access_local() */
+    uint32_t plane_id;            /* in the tags of messages to it */
+    uint32_t reserved;
+    zcopy_cpus_t cpus;            /* its affinity */
+} zcopy_span_hello_t;
+static_assert(sizeof(zcopy_span_hello_t) == 192,
+              "exchanged between processes");
+
 typedef struct zcopy_span {
     int rank, nranks;
     int ngroups;
@@ -46,7 +69,19 @@ typedef struct zcopy_span {
     int max_group;                /* largest group's size */
     zcopy_ipc_peer_t **peers;     /* by rank: in this rank's group, else NULL */
     zcopy_ucx_ep_t **eps;         /* by rank: in another group, else NULL */
-    zcopy_span_desc_t *descs;     /* this call's arrivals, by rank */
+    /* The control plane (span_plane.c). */
+    int leader;                   /* this rank's group's first member */
+    bool yield;                   /* its group outnumbers its cores */
+    uint8_t *plane;               /* the segment the group shares */
+    size_t plane_size;
+    int plane_fd;                 /* the leader's, until set-up ends */
+    int *pos;                     /* by rank: its place in the areas */
+    uint32_t *group_tag;          /* by group: its leader's plane id */
+    uint32_t *group_flags;        /* by group: what it reported at a sync */
+    uint32_t sync_out;            /* what this group reports (leader) */
+    uint64_t rounds;              /* rounds of the plane passed */
+    uint64_t arrivals;            /* of them, arrivals */
+    const uint8_t *area;          /* the last arrival's descriptors */
     int64_t *sdispls;             /* alltoallv: where each peer's block for
                                      this rank starts in its send buffer */
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
@@ -80,6 +115,35 @@ static inline int zcopy_span_group_size(const zcopy_span_t *sp, int g)
 static inline int zcopy_span_member(const zcopy_span_t *sp, int g, int i)
 {
     return sp->members[sp->group_start[g] + i % zcopy_span_group_size(sp, g)];
+}
+
+/* --- control plane (span_plane.c) ---------------------------------------- */
+
+/* Set-up, collective over the communicator once the groups are known
+ * (span.c): the leader makes the group's segment, the others map it. A
+ * failure is this rank's; the caller agrees on it with the others. */
+zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                       const zcopy_span_hello_t *all);
+void zcopy_span_plane_destroy(zcopy_span_t *sp);
+
+/* A process-unique id for tags of messages to this process's new plane. */
+uint32_t zcopy_span_plane_new_id(void);
+
+/* This call's arrival: @mine reaches every rank, and every rank's is
+ * zcopy_span_desc() until the next arrival. */
+zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                 const zcopy_span_desc_t *mine);
+
+/* A synchronisation of every rank: returns what they reported (@flags),
+ * or-ed; ZCOPY_CTL_SYNC_BROKEN too if messages between servers failed. */
+unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
+                               unsigned flags);
+
+static inline const zcopy_span_desc_t *zcopy_span_desc(const zcopy_span_t *sp,
+                                                       int r)
+{
+    return (const zcopy_span_desc_t *)(sp->area + (size_t)sp->pos[r] *
+                                                      ZCOPY_SPAN_DESC_STRIDE);
 }
 
 /* One spanning collective in flight (span_algo.c). */

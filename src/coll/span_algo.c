@@ -35,7 +35,7 @@ static zcopy_status_t span_finish(zcopy_span_algo_t *sa)
 
 static const zcopy_ctl_args_t *args_of(const zcopy_span_algo_t *sa, int r)
 {
-    return &sa->sp->descs[r].args;
+    return &zcopy_span_desc(sa->sp, r)->args;
 }
 
 static bool in_place(const zcopy_span_algo_t *sa, int r)
@@ -276,7 +276,7 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
         if (t == g)
             continue;
         at = zcopy_span_group_size(sp, t) > 1
-                 ? sp->descs[j].xblock.va + partial_offset(sa, t, me)
+                 ? zcopy_span_desc(sp, j)->xblock.va + partial_offset(sa, t, me)
                  : args_of(sa, j)->sbuf + lo * e;
         zcopy_span_get(sa, j, at, len * e, slot);
         ins[k++] = slot;

@@ -63,11 +63,12 @@ zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
 
 zcopy_status_t zcopy_ucx_init_locked(void)
 {
-    /* RMA only: the emulation of put/get over active messages is internal
+    /* RMA for the data, tagged messages for the control plane between
+     * servers. The emulation of put/get over active messages is internal
      * to UCX and needs no UCP_FEATURE_AM from us (verified on 1.13.1). */
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-        .features   = UCP_FEATURE_RMA,
+        .features   = UCP_FEATURE_RMA | UCP_FEATURE_TAG,
         .name       = "zcopy",
     };
     ucp_worker_params_t worker_params = {

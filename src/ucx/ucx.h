@@ -206,6 +206,21 @@ bool zcopy_ucx_test(zcopy_ucx_comp_t *comp);
  * when nothing happens for a while); then the first failure, if any. */
 zcopy_status_t zcopy_ucx_wait(zcopy_ucx_comp_t *comp);
 
+/* --- messages ------------------------------------------------------------ */
+
+/* Tagged messages, for control traffic between servers (the spanning
+ * control plane): a send completes once @buf may be reused, a receive
+ * once [@buf, +@len) holds the message whose tag is exactly @tag (a
+ * longer one fails the receive as truncated). Messages from one sender
+ * with one tag are received in the order sent; one that arrives before
+ * its receive is posted waits inside UCX. Both count into @comp. */
+#define ZCOPY_UCX_TAG_MASK_ALL UINT64_MAX
+zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
+                                  size_t len, uint64_t tag,
+                                  zcopy_ucx_comp_t *comp);
+zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
+                                  zcopy_ucx_comp_t *comp);
+
 /* --- activated blocks (blocks.c) ---------------------------------------- */
 
 #define ZCOPY_UCX_MAX_BLOCKS 1024   /* as many as a process may activate */

@@ -165,6 +165,69 @@ zcopy_status_t zcopy_ucx_flush(zcopy_ucx_ep_t *ep)
     return st;
 }
 
+/* --- messages ------------------------------------------------------------ */
+
+static void recv_done(void *request, ucs_status_t status,
+                      const ucp_tag_recv_info_t *info, void *user_data)
+{
+    (void)info;
+    request_done(request, status, user_data);
+}
+
+zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
+                                  size_t len, uint64_t tag,
+                                  zcopy_ucx_comp_t *comp)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send      = request_done,
+        .user_data    = comp,
+    };
+    zcopy_status_t st;
+    ucp_ep_h handle;
+
+    if (ep == NULL || comp == NULL || (buf == NULL && len))
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: NULL argument");
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    st = zcopy_ucx_ep_handle_locked(ep, &handle);
+    if (st == ZCOPY_SUCCESS)
+        st = comp_add(comp, ucp_tag_send_nbx(handle, buf, len, tag, &param),
+                      "send", ep, len);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return st;
+}
+
+zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
+                                  zcopy_ucx_comp_t *comp)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.recv      = recv_done,
+        .user_data    = comp,
+    };
+    ucs_status_ptr_t request;
+    zcopy_status_t st = ZCOPY_SUCCESS;
+
+    if (comp == NULL || (buf == NULL && len))
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: receive: NULL argument");
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    if (zcopy_ucx.state != UCX_STATE_LIVE) {
+        pthread_mutex_unlock(&zcopy_ucx.lock);
+        return zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: receive: no worker");
+    }
+    request = ucp_tag_recv_nbx(zcopy_ucx.worker, buf, len, tag,
+                               ZCOPY_UCX_TAG_MASK_ALL, &param);
+    if (UCS_PTR_IS_ERR(request))
+        st = zcopy_ucx_error(UCS_PTR_STATUS(request), "ucx: receive of %zu "
+                             "bytes", len);
+    else if (request != NULL)
+        comp->pending++;
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return st;
+}
+
 /* One poll; whether @comp is complete. */
 static bool comp_poll(zcopy_ucx_comp_t *comp, unsigned *events)
 {

@@ -1,0 +1,90 @@
+/*
+ * Waits: who shares which cores, and the report of a peer that does not
+ * arrive. See wait.h.
+ */
+#include "wait.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void zcopy_cpus_of_self(zcopy_cpus_t *cpus)
+{
+    cpu_set_t set;
+
+    memset(cpus, 0, sizeof(*cpus));
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return;
+    for (int c = 0; c < ZCOPY_CPU_WORDS * 64 && c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            cpus->words[c / 64] |= UINT64_C(1) << (c % 64);
+}
+
+int zcopy_cpus_shared(const zcopy_cpus_t *const *cpus, int n)
+{
+    uint64_t any[ZCOPY_CPU_WORDS] = { 0 };
+    int count = 0;
+
+    for (int r = 0; r < n; r++) {
+        uint64_t mine = 0;
+
+        for (int w = 0; w < ZCOPY_CPU_WORDS; w++) {
+            any[w] |= cpus[r]->words[w];
+            mine |= cpus[r]->words[w];
+        }
+        if (mine == 0)
+            return 0;
+    }
+    for (int w = 0; w < ZCOPY_CPU_WORDS; w++)
+        count += __builtin_popcountll(any[w]);
+    return count;
+}
+
+/* Ranks outnumber cores when more processes share the server's CPUs than
+ * there are CPUs to run them. Two views, either is enough:
+ * - these ranks against the CPUs they may run on together, which sees
+ *   ranks that a cpuset or taskset confines to fewer CPUs than ranks (two
+ *   to a core, say);
+ * - the job's ranks on this host against the CPUs one process may use; a
+ *   process bound to one core says nothing here (mpirun binds each rank to
+ *   a core of its own when they fit), so only a set of several counts. */
+bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self)
+{
+    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = local_size ? atoi(local_size) : n;
+    int shared = zcopy_cpus_shared(cpus, n);
+    int mine = 0;
+
+    if (zcopy_config.yield_mode)
+        return zcopy_config.yield_mode == 1;
+    if (shared > 0 && n > shared)
+        return true;
+    for (int w = 0; w < ZCOPY_CPU_WORDS; w++)
+        mine += __builtin_popcountll(cpus[self]->words[w]);
+    if (mine > 1 && mine < cores)
+        cores = mine;
+    return (local > n ? local : n) > cores;
+}
+
+void zcopy_wait_check_clock(zcopy_wait_t *w, int peer)
+{
+    struct timespec now;
+    double waited;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (w->since.tv_sec == 0 && w->since.tv_nsec == 0) {
+        w->since = now;
+        return;
+    }
+    waited = (double)(now.tv_sec - w->since.tv_sec) +
+             (double)(now.tv_nsec - w->since.tv_nsec) * 1e-9;
+    if (w->reported || zcopy_config.wait_report_s <= 0 ||
+        waited < (double)zcopy_config.wait_report_s)
+        return;
+    w->reported = true;
+    zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d has waited %.0f s for rank %d "
+              "in %s (collective %llu on this communicator); still waiting",
+              w->rank, waited, peer, w->what ? w->what : "a collective",
+              (unsigned long long)w->seq);
+}
