@@ -33,3 +33,17 @@ if(NOT CMAKE_C_FLAGS MATCHES "-fsanitize")
                      TARGET test_span_scratch NP 4
                      MCA coll_zcopy_virtual_servers=2 LABELS span allocator)
 endif()
+
+# Control traffic per collective between servers: a rank that does not
+# lead its server sends one record whatever the number of servers, a
+# leader one message more per other server (groups of 2 and of 4, 2 to 4
+# servers, and every rank a server of its own).
+zcopy_mpi_executable(test_span_plane)
+zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np4 TARGET test_span_plane
+                   NP 4 MCA coll_zcopy_virtual_servers=2 LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_plane.vservers4.np8 TARGET test_span_plane
+                   NP 8 MCA coll_zcopy_virtual_servers=4 LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane
+                   NP 8 MCA coll_zcopy_virtual_servers=2 LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_plane.ucx.np3 TARGET test_span_plane
+                   NP 3 MCA coll_zcopy_transport=ucx LABELS span)
