@@ -43,6 +43,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .virtual_servers = 1,
     .small_msg = 16384,
     .inline_max = 1024,
+    .span_inline_max = 65536,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
@@ -173,9 +174,16 @@ static int zcopy_register(void)
     zcopy_register_ulong("inline_max",
         "Collectives whose payload is at most this many bytes per rank "
         "(1072 at most) travel in the control plane instead of through "
-        "peer mappings: a copy in and out, and no departure step; 48 at "
-        "most between servers. 0 never does",
+        "peer mappings: a copy in and out, and no departure step. 0 never "
+        "does",
         OPAL_INFO_LVL_9, &c->inline_max);
+    zcopy_register_ulong("span_inline_max",
+        "On communicators that span servers: collectives whose payload is "
+        "at most this many bytes per rank (and 1 MiB for all ranks "
+        "together) ride with the arrival, one round between the servers' "
+        "leaders instead of UCX transfers and syncs: a copy in and out. 0 "
+        "never does",
+        OPAL_INFO_LVL_9, &c->span_inline_max);
 
     zcopy_register_ulong("streaming_min",
         "Copies of at least this many bytes use streaming stores, which "
@@ -198,6 +206,7 @@ static int zcopy_register(void)
     zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
     zcopy_config.small_msg = c->small_msg;
     zcopy_config.inline_max = c->inline_max;
+    zcopy_config.span_inline_max = c->span_inline_max;
     zcopy_config.streaming_min = c->streaming_min;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;
@@ -367,8 +376,9 @@ int mca_coll_zcopy_register_pvars(void)
         { "ucx_bytes", "Bytes this rank moved through UCX on this "
           "communicator", PVAR_UCX_BYTES },
         { "inline_calls", "Of the zero-copy collectives, those whose payload "
-          "(at most coll_zcopy_inline_max bytes per rank, 48 between "
-          "servers) travelled inside the control plane", PVAR_INLINE_CALLS },
+          "(at most coll_zcopy_inline_max bytes per rank, "
+          "coll_zcopy_span_inline_max between servers) travelled inside the "
+          "control plane", PVAR_INLINE_CALLS },
         { "ctl_msgs", "Control messages this rank sent in collectives on "
           "this communicator: a record in shared memory counts once, what "
           "goes to another server once per rank it reaches", PVAR_CTL_MSGS },

@@ -112,12 +112,13 @@ typedef struct {
     uint32_t pad;
     uint64_t small_msg;           /* coll_zcopy_small_msg */
     uint64_t inline_max;          /* coll_zcopy_inline_max */
+    uint64_t span_inline_max;     /* coll_zcopy_span_inline_max */
 } coll_settings_t;
 
 static const char *const setting_names[] = {
     NULL, "info key mpix_zcopy", "coll_zcopy_transport",
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
-    "coll_zcopy_inline_max",
+    "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -132,7 +133,9 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 3;
     if (mine->small_msg != root->small_msg)
         return 4;
-    return mine->inline_max != root->inline_max ? 5 : 0;
+    if (mine->inline_max != root->inline_max)
+        return 5;
+    return mine->span_inline_max != root->span_inline_max ? 6 : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -148,6 +151,7 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .small_msg = zcopy_config.small_msg,
         /* Values above a record's capacity act alike. */
         .inline_max = zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX),
+        .span_inline_max = zcopy_config.span_inline_max,
     };
     coll_settings_t root = mine;
     int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;

@@ -81,6 +81,7 @@ static zcopy_span_t *span_alloc(int rank, int n)
     sp->peers = calloc(un, sizeof(*sp->peers));
     sp->eps = calloc(un, sizeof(*sp->eps));
     sp->plane_fd = -1;
+    sp->plane_id = ZCOPY_SPAN_PLANE_NO_ID;
     sp->sdispls = calloc(un, sizeof(int64_t));
     sp->sdispls_out = calloc(un, sizeof(int64_t));
     sp->flags = calloc(un, sizeof(int32_t));
@@ -199,7 +200,9 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     st = sp && all ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
     zcopy_topo_rank_self(&mine.where);
     zcopy_cpus_of_self(&mine.cpus);
-    mine.plane_id = zcopy_span_plane_new_id();
+    if (sp != NULL)
+        sp->plane_id = zcopy_span_plane_new_id();
+    mine.plane_id = sp != NULL ? sp->plane_id : ZCOPY_SPAN_PLANE_NO_ID;
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
     if (st == ZCOPY_SUCCESS)
@@ -246,6 +249,7 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     if (st == ZCOPY_SUCCESS)
         st = span_agree(zc, zcopy_span_plane_create(zc, sp, all),
                         "the control plane", reason, reason_len);
+    zcopy_span_plane_shared(sp);
     if (st == ZCOPY_SUCCESS)
         st = span_connect(sp, all, addresses, stride);
     if (st != ZCOPY_SUCCESS)
@@ -489,25 +493,18 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
 };
 
 /* This rank's arrival: the plan, plus the blocks under its buffers, which
- * peers in other groups need to reach them; or, when every rank's payload
- * is at most ZCOPY_SPAN_INLINE_MAX bytes (@inline_total), the payload. */
+ * peers in other groups need to reach them; only the plan when the
+ * payloads ride along (@inline_total). */
 static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                           const coll_plan_t *plan, size_t elem,
                           size_t inline_total, zcopy_span_desc_t *d)
 {
-    size_t len, landing, scratch;
-    const void *src;
+    size_t landing, scratch;
 
     memset(d, 0, sizeof(*d));
     d->args = plan->args;
-    if (d->args.reason != REASON_NONE)
+    if (d->args.reason != REASON_NONE || inline_total > 0)
         return;
-    if (inline_total > 0) {
-        src = zcopy_coll_inline_source(zc, a, plan, inline_total, &len);
-        if (len > 0)
-            memcpy(d->inl, src, len);
-        return;
-    }
     /* Swapping blocks in place between servers needs a copy of one side
      * somewhere: not zero-copy, so the previous component does it. */
     if ((a->type == ZCOPY_COLL_ALLTOALL || a->type == ZCOPY_COLL_ALLTOALLV) &&
@@ -550,8 +547,10 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
                              .nranks = zc->size,
                              .comp = ZCOPY_UCX_COMP_INIT };
     const uint8_t *lines[ZCOPY_CTL_MAX_RANKS];
+    zcopy_span_payload_t pl = { .root = -1 };
     zcopy_span_desc_t mine;
-    size_t inline_total;
+    const void *src = NULL;
+    size_t inline_total, len = 0;
     coll_plan_t plan;
 
     zcopy_coll_plan(zc, a, &al, &plan);
@@ -563,14 +562,22 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
             at += (size_t)a->rcounts[r];
         }
     }
-    inline_total = zcopy_coll_inline_bytes(
-        zc, a, zcopy_coll_inline_limit(ZCOPY_SPAN_INLINE_MAX));
+    /* The same decision on every rank: from arguments MPI makes agree
+     * and a parameter agreed at set-up. */
+    inline_total = zcopy_coll_inline_bytes(zc, a, zcopy_config.span_inline_max);
+    if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
+        pl.root = a->root;
+    pl.len = inline_total;
+    if (!zcopy_span_payload_fits(sp, &pl))
+        inline_total = pl.len = 0;
     span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
+    if (inline_total > 0 && mine.args.reason == REASON_NONE)
+        src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
                            "displacements failed");
-    if (zcopy_span_arrive(zc, sp, &mine) != ZCOPY_SUCCESS)
+    if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
     for (int r = 0; r < sp->nranks; r++) {
@@ -585,7 +592,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         /* The payloads came with the arrivals: nobody reads a peer's
          * buffer, so no sync follows (as in a server, inline.c). */
         for (int r = 0; r < sp->nranks; r++)
-            lines[r] = zcopy_span_desc(sp, r)->inl;
+            lines[r] = zcopy_span_payload_of(sp, r);
         ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, inline_total));
         zc->stats.zcopy_calls++;
         zc->stats.inline_calls++;

@@ -26,25 +26,31 @@
 #include "topo/topo.h"
 #include "ucx/ucx.h"
 
-/* Payload bytes per rank an arrival between servers carries: every rank
- * sends its arrival to every other, so it stays one cache line's worth. */
-#define ZCOPY_SPAN_INLINE_MAX 48
-
-/* A rank's arrival: its arguments and the blocks under its buffers, or,
- * for a tiny collective, its payload itself. */
+/* A rank's arrival: its arguments and the blocks under its buffers. */
 typedef struct {
     zcopy_ctl_args_t args;
     zcopy_ucx_block_desc_t sblock; /* size 0 when the send extent is empty */
     zcopy_ucx_block_desc_t rblock;
     zcopy_ucx_block_desc_t xblock; /* its scratch, when the call uses it */
-    uint8_t inl[ZCOPY_SPAN_INLINE_MAX];
 } zcopy_span_desc_t;
 
 /* Bytes of an arrival in the control plane's areas: whole cache lines, so
  * that ranks of a group write theirs without sharing a line. */
-#define ZCOPY_SPAN_DESC_STRIDE 512
+#define ZCOPY_SPAN_DESC_STRIDE 448
 static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
               "an arrival fits its place");
+
+/* The payloads of a small collective ride with the arrivals (the latency
+ * path: one round, no transfer, no sync). Bytes of payload a plane holds
+ * per arrival at most, whatever coll_zcopy_span_inline_max says. */
+#define ZCOPY_SPAN_PAYLOAD_MAX ((size_t)1 << 20)
+
+/* Which ranks of a collective send a payload with their arrival, and how
+ * much each: all of them, or only the root (bcast, scatter). */
+typedef struct {
+    size_t len;                   /* bytes per sender; 0: no payload */
+    int root;                     /* the only sender, or -1 for all */
+} zcopy_span_payload_t;
 
 /* What every rank tells the others when a spanning communicator is set up. */
 typedef struct {
@@ -75,6 +81,7 @@ typedef struct zcopy_span {
     uint8_t *plane;               /* the segment the group shares */
     size_t plane_size;
     int plane_fd;                 /* the leader's, until set-up ends */
+    uint32_t plane_id;            /* in the tags of messages to this rank */
     int *pos;                     /* by rank: its place in the areas */
     uint32_t *group_tag;          /* by group: its leader's plane id */
     uint32_t *group_flags;        /* by group: what it reported at a sync */
@@ -82,6 +89,9 @@ typedef struct zcopy_span {
     uint64_t rounds;              /* rounds of the plane passed */
     uint64_t arrivals;            /* of them, arrivals */
     const uint8_t *area;          /* the last arrival's descriptors */
+    size_t payload_size;          /* bytes of payload area per arrival */
+    uint8_t *payload;             /* the last arrival's payloads */
+    zcopy_span_payload_t carried; /* and how they lie there */
     int64_t *sdispls;             /* alltoallv: where each peer's block for
                                      this rank starts in its send buffer */
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
@@ -126,13 +136,40 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
                                        const zcopy_span_hello_t *all);
 void zcopy_span_plane_destroy(zcopy_span_t *sp);
 
-/* A process-unique id for tags of messages to this process's new plane. */
+/* Every member has mapped the segment: the leader stops offering it. */
+void zcopy_span_plane_shared(zcopy_span_t *sp);
+
+/* An id for the tags of messages to a new plane of this process, unique
+ * among its live planes; ZCOPY_SPAN_PLANE_NO_ID when all are taken. */
+#define ZCOPY_SPAN_PLANE_NO_ID UINT32_MAX
 uint32_t zcopy_span_plane_new_id(void);
+void zcopy_span_plane_free_id(uint32_t id);
 
 /* This call's arrival: @mine reaches every rank, and every rank's is
- * zcopy_span_desc() until the next arrival. */
+ * zcopy_span_desc() until the next arrival; so do the payloads @pl says
+ * the ranks send (this rank's @len bytes at @src, when it is a sender),
+ * at zcopy_span_payload_of(). */
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
-                                 const zcopy_span_desc_t *mine);
+                                 const zcopy_span_desc_t *mine,
+                                 const zcopy_span_payload_t *pl,
+                                 const void *src, size_t len);
+
+/* Whether payloads of @pl fit one arrival of @sp. */
+static inline bool zcopy_span_payload_fits(const zcopy_span_t *sp,
+                                           const zcopy_span_payload_t *pl)
+{
+    const size_t senders = pl->root >= 0 ? 1 : (size_t)sp->nranks;
+
+    return pl->len <= sp->payload_size / senders;
+}
+
+/* Where rank @r's payload of the last arrival lies. */
+static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
+                                                   int r)
+{
+    return sp->payload + (sp->carried.root >= 0
+                              ? 0 : (size_t)sp->pos[r] * sp->carried.len);
+}
 
 /* A synchronisation of every rank: returns what they reported (@flags),
  * or-ed; ZCOPY_CTL_SYNC_BROKEN too if messages between servers failed. */

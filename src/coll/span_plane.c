@@ -13,13 +13,17 @@
  *   then          two areas by parity of the arrival, each with a place
  *                 of ZCOPY_SPAN_DESC_STRIDE bytes for every rank of the
  *                 communicator, group after group (zcopy_span_t.pos)
- * A member writes its arrival into its place and enters the round; the
- * leader waits for every member, sends its group's places (or, at a sync,
- * the group's or-ed report) to every other group's leader in one tagged
- * UCX message each, receives theirs straight into their places, and
- * completes the round; members wait for that. So a rank that is not a
- * leader sends one record per round whatever the number of servers, and
- * a leader one message per other server.
+ *   then          two payload areas by parity, payload_size bytes each:
+ *                 the payloads of a small collective, one per rank in the
+ *                 same order (or the root's alone)
+ * A member writes its arrival (and payload) into its place and enters the
+ * round; the leader waits for every member, sends its group's places (or,
+ * at a sync, the group's or-ed report) to every other group's leader in
+ * one tagged UCX message each, and its group's payloads in a second one,
+ * receives theirs straight into their places, and completes the round;
+ * members wait for that. So a rank that is not a leader sends one record
+ * per round whatever the number of servers, and a leader one or two
+ * messages per other server.
  *
  * Why the areas can be reused by parity: a member writes arrival k only
  * after round k - 1 completed, which needed every member of its group to
@@ -30,7 +34,8 @@
  * that arrive early wait inside UCX, matched by their tag:
  *   bits 63..44  the receiving leader's plane id (unique in its process)
  *   bits 43..28  the sending group
- *   bits 27..0   the round, modulo 2^28
+ *   bit  27      set on the message with the payloads
+ *   bits 26..0   the round, modulo 2^27
  */
 #include "span.h"
 
@@ -44,7 +49,8 @@
 
 #define PLANE_ID_BITS 20
 #define PLANE_GROUP_BITS 16
-#define PLANE_ROUND_BITS 28
+#define PLANE_ROUND_BITS 27
+#define PLANE_PAYLOAD_BIT (UINT64_C(1) << PLANE_ROUND_BITS)
 #define PLANE_MAX_GROUPS (1 << PLANE_GROUP_BITS)
 
 typedef struct {
@@ -56,15 +62,35 @@ typedef struct {
 } plane_line_t;
 static_assert(sizeof(plane_line_t) == ZCOPY_CACHE_LINE, "one line each");
 
+/* Plane ids in use in this process, a bit each. Process-wide: a tag must
+ * tell this process's live planes apart, whatever communicator they belong
+ * to (one UCX worker serves them all), and a communicator may outlive any
+ * number of others made and freed after it. */
+#define PLANE_IDS (1u << PLANE_ID_BITS)
+static _Atomic uint64_t plane_ids_live[PLANE_IDS / 64];
+static _Atomic uint32_t plane_ids_next;
+
 uint32_t zcopy_span_plane_new_id(void)
 {
-    /* Process-wide: a tag must tell this process's planes apart, whatever
-     * communicator they belong to (one UCX worker serves them all). Ids
-     * come back after 2^20 planes, long after the first is gone. */
-    static _Atomic uint32_t next;
+    for (uint32_t tries = 0; tries < PLANE_IDS; tries++) {
+        uint32_t id = atomic_fetch_add_explicit(&plane_ids_next, 1,
+                                                memory_order_relaxed) %
+                      PLANE_IDS;
+        uint64_t bit = UINT64_C(1) << (id % 64);
 
-    return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) &
-           ((1u << PLANE_ID_BITS) - 1);
+        if (!(atomic_fetch_or_explicit(&plane_ids_live[id / 64], bit,
+                                       memory_order_relaxed) & bit))
+            return id;
+    }
+    return ZCOPY_SPAN_PLANE_NO_ID;
+}
+
+void zcopy_span_plane_free_id(uint32_t id)
+{
+    if (id < PLANE_IDS)
+        atomic_fetch_and_explicit(&plane_ids_live[id / 64],
+                                  ~(UINT64_C(1) << (id % 64)),
+                                  memory_order_relaxed);
 }
 
 static plane_line_t *plane_line(const zcopy_span_t *sp, int line)
@@ -77,19 +103,45 @@ static size_t plane_lines(const zcopy_span_t *sp)
     return 1 + (size_t)zcopy_span_group_size(sp, sp->group[sp->rank]);
 }
 
+static size_t plane_area_size(const zcopy_span_t *sp)
+{
+    return (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE;
+}
+
 static uint8_t *plane_area(const zcopy_span_t *sp, uint64_t arrival)
 {
     return sp->plane + plane_lines(sp) * ZCOPY_CACHE_LINE +
-           (arrival & 1) * (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE;
+           (arrival & 1) * plane_area_size(sp);
 }
 
+static uint8_t *plane_payload(const zcopy_span_t *sp, uint64_t arrival)
+{
+    return sp->plane + plane_lines(sp) * ZCOPY_CACHE_LINE +
+           2 * plane_area_size(sp) + (arrival & 1) * sp->payload_size;
+}
+
+/* The tag of a message to @to_group's leader; @payload: the second one. */
 static uint64_t plane_tag(const zcopy_span_t *sp, int to_group, int from_group,
-                          uint64_t round)
+                          uint64_t round, bool payload)
 {
     return (uint64_t)sp->group_tag[to_group]
-               << (PLANE_GROUP_BITS + PLANE_ROUND_BITS) |
-           (uint64_t)from_group << PLANE_ROUND_BITS |
-           (round & ((UINT64_C(1) << PLANE_ROUND_BITS) - 1));
+               << (PLANE_GROUP_BITS + PLANE_ROUND_BITS + 1) |
+           (uint64_t)from_group << (PLANE_ROUND_BITS + 1) |
+           (payload ? PLANE_PAYLOAD_BIT : 0) |
+           (round & (PLANE_PAYLOAD_BIT - 1));
+}
+
+/* Bytes of payload area: coll_zcopy_span_inline_max for every rank, within
+ * ZCOPY_SPAN_PAYLOAD_MAX; whole lines. The same on every rank (the
+ * parameter is agreed at set-up). */
+static size_t plane_payload_size(int nranks)
+{
+    const size_t each = zcopy_config.span_inline_max;
+    const size_t n = (size_t)nranks;
+
+    if (each > ZCOPY_SPAN_PAYLOAD_MAX / n)
+        return ZCOPY_SPAN_PAYLOAD_MAX;
+    return zcopy_align_up(each * n, ZCOPY_CACHE_LINE);
 }
 
 /* --- set-up ---------------------------------------------------------------- */
@@ -106,7 +158,9 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     const int g = sp->group[sp->rank];
     const int gsize = zcopy_span_group_size(sp, g);
     const zcopy_cpus_t **cpus;
-    plane_offer_t mine = { .fd = -1 }, *offers;
+    /* On the stack: an allocation that fails must not keep a rank out of
+     * the exchange below. */
+    plane_offer_t mine = { .fd = -1 }, offers[ZCOPY_CTL_MAX_RANKS];
     zcopy_status_t st = ZCOPY_SUCCESS;
     int fd = -1;
     void *p;
@@ -116,10 +170,12 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->pos = calloc((size_t)sp->nranks, sizeof(int));
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
-    offers = calloc((size_t)sp->nranks, sizeof(*offers));
     cpus = calloc((size_t)gsize, sizeof(*cpus));
-    if (!sp->pos || !sp->group_tag || !sp->group_flags || !offers || !cpus)
+    if (!sp->pos || !sp->group_tag || !sp->group_flags || !cpus)
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
+    else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
+        st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
+                         "use");
     else if (sp->ngroups > PLANE_MAX_GROUPS)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "more than %d servers",
                          PLANE_MAX_GROUPS);
@@ -131,8 +187,9 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
         for (int i = 0; i < gsize; i++)
             cpus[i] = &all[sp->members[sp->group_start[g] + i]].cpus;
         sp->yield = zcopy_wait_yields(cpus, gsize, sp->index[sp->rank]);
+        sp->payload_size = plane_payload_size(sp->nranks);
         sp->plane_size = plane_lines(sp) * ZCOPY_CACHE_LINE +
-                         2 * (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE;
+                         2 * plane_area_size(sp) + 2 * sp->payload_size;
     }
     if (st == ZCOPY_SUCCESS && sp->rank == sp->leader) {
         st = zcopy_memfd_segment("zcopy-span-plane", sp->plane_size,
@@ -172,19 +229,26 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     }
     sp->plane = p;
     sp->area = plane_area(sp, 0);
+    sp->payload = plane_payload(sp, 0);
 out:
-    free(offers);
     free(cpus);
     return st;
 }
 
+void zcopy_span_plane_shared(zcopy_span_t *sp)
+{
+    if (sp->plane_fd < 0)
+        return;
+    zcopy_ipc_fdpass_withdraw(sp->plane_fd);
+    close(sp->plane_fd); /* the mappings keep the segment */
+    sp->plane_fd = -1;
+}
+
 void zcopy_span_plane_destroy(zcopy_span_t *sp)
 {
-    if (sp->plane_fd >= 0) {
-        zcopy_ipc_fdpass_withdraw(sp->plane_fd);
-        close(sp->plane_fd);
-        sp->plane_fd = -1;
-    }
+    zcopy_span_plane_shared(sp);
+    zcopy_span_plane_free_id(sp->plane_id);
+    sp->plane_id = ZCOPY_SPAN_PLANE_NO_ID;
     if (sp->plane != NULL)
         munmap(sp->plane, sp->plane_size);
     sp->plane = NULL;
@@ -204,20 +268,34 @@ static void plane_count(zcopy_comm_t *zc, uint64_t msgs, uint64_t bytes)
     zc->stats.ctl_bytes += bytes;
 }
 
-/* Leader: what its group sends in this round, and where each other
- * group's message lands. */
-static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
+/* Leader: what group @h sends in this round (its places, or at a sync
+ * its report), and so where that lands here; with @payload, its payloads
+ * (none: *len 0). */
+static void plane_buffers(zcopy_span_t *sp, bool arrival, bool payload, int h,
                           uint8_t **buf, size_t *len)
 {
+    const zcopy_span_payload_t *pl = &sp->carried;
+
+    *len = 0;
     if (!arrival) {
+        if (payload)
+            return;
         *buf = (uint8_t *)(h == sp->group[sp->rank] ? &sp->sync_out
                                                     : &sp->group_flags[h]);
         *len = sizeof(uint32_t);
         return;
     }
-    *buf = (uint8_t *)sp->area +
-           (size_t)sp->group_start[h] * ZCOPY_SPAN_DESC_STRIDE;
-    *len = (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
+    if (!payload) {
+        *buf = (uint8_t *)sp->area +
+               (size_t)sp->group_start[h] * ZCOPY_SPAN_DESC_STRIDE;
+        *len = (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
+    } else if (pl->len > 0 && pl->root < 0) {
+        *buf = sp->payload + (size_t)sp->group_start[h] * pl->len;
+        *len = (size_t)zcopy_span_group_size(sp, h) * pl->len;
+    } else if (pl->len > 0 && sp->group[pl->root] == h) {
+        *buf = sp->payload;
+        *len = pl->len;
+    }
 }
 
 /* Leader: the exchange with the other groups' leaders; false when a
@@ -231,29 +309,39 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     uint8_t *buf;
     size_t len;
 
-    for (int h = 0; h < sp->ngroups && ok; h++) {
-        if (h == me)
-            continue;
-        plane_buffers(sp, arrival, h, &buf, &len);
-        ok = zcopy_ucx_tag_recv(buf, len, plane_tag(sp, me, h, round),
-                                &comp) == ZCOPY_SUCCESS;
+    /* Everything is posted even after a failure: a leader left without
+     * its message would wait for it forever. */
+    for (int h = 0; h < sp->ngroups; h++) {
+        for (int part = 0; part < 2 && h != me; part++) {
+            plane_buffers(sp, arrival, part, h, &buf, &len);
+            if (len > 0)
+                ok &= zcopy_ucx_tag_recv(buf, len,
+                                         plane_tag(sp, me, h, round, part),
+                                         &comp) == ZCOPY_SUCCESS;
+        }
     }
-    plane_buffers(sp, arrival, me, &buf, &len);
-    for (int h = 0; h < sp->ngroups && ok; h++) {
-        const int to = sp->members[sp->group_start[h]];
+    for (int part = 0; part < 2; part++) {
+        plane_buffers(sp, arrival, part, me, &buf, &len);
+        for (int h = 0; h < sp->ngroups && len > 0; h++) {
+            bool sent;
 
-        if (h == me)
-            continue;
-        ok = zcopy_ucx_tag_send(sp->eps[to], buf, len,
-                                plane_tag(sp, h, me, round),
-                                &comp) == ZCOPY_SUCCESS;
-        plane_count(zc, 1, len);
+            if (h == me)
+                continue;
+            sent = zcopy_ucx_tag_send(sp->eps[sp->members[sp->group_start[h]]],
+                                      buf, len,
+                                      plane_tag(sp, h, me, round, part),
+                                      &comp) == ZCOPY_SUCCESS;
+            if (sent)
+                plane_count(zc, 1, len);
+            ok &= sent;
+        }
     }
-    /* Whatever failed, what was posted completes before the buffers go. */
+    /* Whatever failed, what was posted completes before the buffers go;
+     * without a worker (finalized under us), nothing will. */
     while (!zcopy_ucx_test(&comp))
         zcopy_wait_relax(w, sp->members[sp->group_start[(me + 1) %
                                                         sp->ngroups]]);
-    if (!ok || comp.failure != 0) {
+    if (!ok || comp.failure != 0 || comp.pending != 0) {
         zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
                   "servers failed: %s", sp->rank, zcopy_error_detail());
         return false;
@@ -307,13 +395,23 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
 }
 
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
-                                 const zcopy_span_desc_t *mine)
+                                 const zcopy_span_desc_t *mine,
+                                 const zcopy_span_payload_t *pl,
+                                 const void *src, size_t len)
 {
-    uint8_t *area = plane_area(sp, ++sp->arrivals);
+    const uint64_t arrival = ++sp->arrivals;
+    uint8_t *area = plane_area(sp, arrival);
 
     memcpy(area + (size_t)sp->pos[sp->rank] * ZCOPY_SPAN_DESC_STRIDE, mine,
            sizeof(*mine));
     sp->area = area;
+    sp->payload = plane_payload(sp, arrival);
+    sp->carried = *pl;
+    if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
+        memcpy((uint8_t *)zcopy_span_payload_of(sp, sp->rank), src,
+               len < pl->len ? len : pl->len);
+        plane_count(zc, 0, len < pl->len ? len : pl->len);
+    }
     return plane_round(zc, sp, true, 0) & ZCOPY_CTL_SYNC_BROKEN
                ? zcopy_error(ZCOPY_ERR_INTERNAL, "control messages between "
                              "servers failed")

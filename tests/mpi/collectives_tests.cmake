@@ -19,6 +19,12 @@ foreach(np 4 3)
                      TARGET test_collectives NP ${np} ARGS activated span
                      MCA coll_zcopy_virtual_servers=2 LABELS span)
 endforeach()
+# The same without the latency path between servers: every size through
+# the UCX transfers and syncs (coll_zcopy_span_inline_max 0).
+zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.np4
+                   TARGET test_collectives NP 4 ARGS activated span
+                   MCA coll_zcopy_virtual_servers=2
+                       coll_zcopy_span_inline_max=0 LABELS span)
 # Scale by simulation: 16 ranks on 8 virtual servers of 2 (oversubscribed
 # on 2 cores, so correctness only; about 110 s here).
 zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16

@@ -1250,29 +1250,45 @@ static bool expect_zcopy(const coll_case_t *c)
     return true;
 }
 
-/* coll_zcopy_inline_max, as the job runs it (read after MPI_Init). */
-static unsigned long inline_max;
-/* What an inline record holds (larger settings act as this), and what a
- * communicator that spans servers carries inline at most. */
+/* coll_zcopy_inline_max and coll_zcopy_span_inline_max, as the job runs
+ * them (read after MPI_Init). */
+static unsigned long inline_max, span_inline_max;
+/* What an inline record holds (larger settings act as this), and what the
+ * arrivals of a communicator that spans servers carry at most in all. */
 #define INLINE_CAPACITY 1072
-#define SPAN_INLINE_MAX 48
+#define SPAN_PAYLOAD_MAX ((size_t)1 << 20)
+
+/* Whether a payload of @bytes per rank rides with the arrivals between
+ * servers: at most coll_zcopy_span_inline_max, and what every sender's
+ * payload needs fits the plane's area (n payloads, or the root's alone). */
+static bool span_carries(const coll_case_t *c, size_t bytes)
+{
+    const size_t n = (size_t)c->n;
+    const bool root_only = strcmp(c->coll->name, "bcast") == 0 ||
+                           strcmp(c->coll->name, "scatter") == 0;
+    size_t area = span_inline_max > SPAN_PAYLOAD_MAX / n
+                      ? SPAN_PAYLOAD_MAX
+                      : (span_inline_max * n + 63) / 64 * 64;
+
+    return bytes <= span_inline_max && bytes <= area / (root_only ? 1 : n);
+}
 
 /* zcopy's rule for small collectives (README, "Small messages"): when every
- * rank's payload is 1 to coll_zcopy_inline_max bytes, at most 48 on a
- * communicator that spans servers, it travels in the control plane. The
- * payload is a rank's input for reductions, bcast, allgather and gather,
- * and its n blocks for reduce_scatter_block, scatter and alltoall.
- * Returns 1 (inline), 0 (not), or -1 when it depends on whether a split of
- * a span job lies in one server, which the test does not know. */
+ * rank's payload is 1 to coll_zcopy_inline_max bytes (at most 1072) in a
+ * server, or small enough for span_carries() between servers, it travels
+ * in the control plane. The payload is a rank's input for reductions,
+ * bcast, allgather and gather, and its n blocks for reduce_scatter_block,
+ * scatter and alltoall. Returns 1 (inline), 0 (not), or -1 when it
+ * depends on whether a split of a span job lies in one server, which the
+ * test does not know. */
 static int expect_inline(const coll_case_t *c, const phase_t *ph)
 {
     static const char *const whole[] = { "allreduce", "reduce", "bcast",
                                          "allgather", "gather" };
     static const char *const blocks[] = { "reduce_scatter_block", "scatter",
                                           "alltoall" };
-    const size_t span_max = inline_max < SPAN_INLINE_MAX ? inline_max
-                                                         : SPAN_INLINE_MAX;
     size_t bytes = 0;
+    int in_server, between;
 
     if (c->type == NULL || c->count == 0)
         return 0;
@@ -1284,11 +1300,13 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph)
             bytes = c->count * c->type->extent * (size_t)c->n;
     if (bytes == 0)
         return 0;
+    in_server = bytes <= inline_max;
     if (!span)
-        return bytes <= inline_max;
-    if (ph->spans || bytes <= span_max)
-        return bytes <= span_max;
-    return bytes <= inline_max ? -1 : 0;
+        return in_server;
+    between = span_carries(c, bytes);
+    if (ph->spans || in_server == between)
+        return between;
+    return -1;
 }
 
 /* Open MPI's MPI layer returns before any coll component for some calls
@@ -1413,7 +1431,8 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
 }
 
 /* On a communicator that spans servers, each collective that ran zero-copy
- * with data to move sent some of it through UCX: summed over its calls (a
+ * with data to move, not inline, sent some of it through UCX: summed over
+ * its calls (a
  * call whose ranks all share a server, e.g. a bcast within one, may rightly
  * move none) and over all ranks (either side may count a transfer). */
 static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
@@ -1424,7 +1443,7 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
     for (size_t i = 0; i < ph->nlog; i++) {
         const log_entry_t *e = &ph->log[i];
         bytes[e->coll] += ucx[i];
-        calls[e->coll] += e->zcopy && e->moves;
+        calls[e->coll] += e->zcopy && e->moves && !e->inlined;
     }
     for (int k = 0; k < C_COUNT; k++)
         if (calls[k] > 0)
@@ -1699,6 +1718,7 @@ int main(int argc, char **argv)
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
+    span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     if (inline_max > INLINE_CAPACITY)
         inline_max = INLINE_CAPACITY;
     /* A failing call is reported and checked, not fatal. */
