@@ -82,16 +82,14 @@ typedef struct zcopy_span {
     size_t plane_size;
     int plane_fd;                 /* the leader's, until set-up ends */
     uint32_t plane_id;            /* in the tags of messages to this rank */
-    int *pos;                     /* by rank: its place in the areas */
     uint32_t *group_tag;          /* by group: its leader's plane id */
     uint32_t *group_flags;        /* by group: what it reported at a sync */
     uint32_t sync_out;            /* what this group reports (leader) */
     uint64_t rounds;              /* rounds of the plane passed */
     uint64_t arrivals;            /* of them, arrivals */
-    const uint8_t *area;          /* the last arrival's descriptors */
-    size_t payload_size;          /* bytes of payload area per arrival */
-    uint8_t *payload;             /* the last arrival's payloads */
-    zcopy_span_payload_t carried; /* and how they lie there */
+    uint8_t *area;                /* the last arrival */
+    size_t payload_size;          /* bytes for payloads per arrival */
+    zcopy_span_payload_t carried; /* what the last arrival carried */
     int64_t *sdispls;             /* alltoallv: where each peer's block for
                                      this rank starts in its send buffer */
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
@@ -154,33 +152,78 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_payload_t *pl,
                                  const void *src, size_t len);
 
+/* A synchronisation of every rank: returns what they reported (@flags),
+ * or-ed; ZCOPY_CTL_SYNC_BROKEN too if messages between servers failed. */
+unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
+                               unsigned flags);
+
+/* Bytes a sender's payload of @len takes in an arrival: whole lines, so
+ * that ranks of a server write theirs without sharing one. */
+static inline size_t zcopy_span_slot(size_t len)
+{
+    return zcopy_align_up(len, ZCOPY_CACHE_LINE);
+}
+
 /* Whether payloads of @pl fit one arrival of @sp. */
 static inline bool zcopy_span_payload_fits(const zcopy_span_t *sp,
                                            const zcopy_span_payload_t *pl)
 {
     const size_t senders = pl->root >= 0 ? 1 : (size_t)sp->nranks;
 
-    return pl->len <= sp->payload_size / senders;
+    return zcopy_span_slot(pl->len) <= sp->payload_size / senders;
 }
 
-/* Where rank @r's payload of the last arrival lies. */
-static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
-                                                   int r)
+/* The last arrival lies in its area group after group, each group's part
+ * its ranks' places and then their payloads, so that each leader sends its
+ * group's part in one message. Where group @g's part starts: */
+static inline size_t zcopy_span_group_base(const zcopy_span_t *sp, int g)
 {
-    return sp->payload + (sp->carried.root >= 0
-                              ? 0 : (size_t)sp->pos[r] * sp->carried.len);
+    const zcopy_span_payload_t *pl = &sp->carried;
+    const size_t before = (size_t)sp->group_start[g];
+
+    if (pl->len == 0)
+        return before * ZCOPY_SPAN_DESC_STRIDE;
+    if (pl->root < 0)
+        return before * (ZCOPY_SPAN_DESC_STRIDE + zcopy_span_slot(pl->len));
+    return before * ZCOPY_SPAN_DESC_STRIDE +
+           (g > sp->group[pl->root] ? zcopy_span_slot(pl->len) : 0);
 }
 
-/* A synchronisation of every rank: returns what they reported (@flags),
- * or-ed; ZCOPY_CTL_SYNC_BROKEN too if messages between servers failed. */
-unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
-                               unsigned flags);
+/* The bytes of group @g's part. */
+static inline size_t zcopy_span_group_bytes(const zcopy_span_t *sp, int g)
+{
+    const zcopy_span_payload_t *pl = &sp->carried;
+    const size_t m = (size_t)zcopy_span_group_size(sp, g);
+    size_t payloads = 0;
+
+    if (pl->len > 0 && pl->root < 0)
+        payloads = m * zcopy_span_slot(pl->len);
+    else if (pl->len > 0 && sp->group[pl->root] == g)
+        payloads = zcopy_span_slot(pl->len);
+    return m * ZCOPY_SPAN_DESC_STRIDE + payloads;
+}
 
 static inline const zcopy_span_desc_t *zcopy_span_desc(const zcopy_span_t *sp,
                                                        int r)
 {
-    return (const zcopy_span_desc_t *)(sp->area + (size_t)sp->pos[r] *
-                                                      ZCOPY_SPAN_DESC_STRIDE);
+    return (const zcopy_span_desc_t *)(sp->area +
+                                       zcopy_span_group_base(sp, sp->group[r]) +
+                                       (size_t)sp->index[r] *
+                                           ZCOPY_SPAN_DESC_STRIDE);
+}
+
+/* Where rank @r's payload of the last arrival lies (a sender's). */
+static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
+                                                   int r)
+{
+    const int g = sp->group[r];
+    const size_t m = (size_t)zcopy_span_group_size(sp, g);
+    const size_t at = sp->carried.root >= 0
+                          ? 0 : (size_t)sp->index[r] *
+                                    zcopy_span_slot(sp->carried.len);
+
+    return sp->area + zcopy_span_group_base(sp, g) +
+           m * ZCOPY_SPAN_DESC_STRIDE + at;
 }
 
 /* One spanning collective in flight (span_algo.c). */

@@ -10,20 +10,18 @@
  *                 result, or-ed over every rank
  *   lines 1..g    one per member, in group order: the last round it
  *                 entered, and what it reported at a sync
- *   then          two areas by parity of the arrival, each with a place
- *                 of ZCOPY_SPAN_DESC_STRIDE bytes for every rank of the
- *                 communicator, group after group (zcopy_span_t.pos)
- *   then          two payload areas by parity, payload_size bytes each:
- *                 the payloads of a small collective, one per rank in the
- *                 same order (or the root's alone)
+ *   then          two areas by parity of the arrival, group after group:
+ *                 each group's part a place of ZCOPY_SPAN_DESC_STRIDE
+ *                 bytes per member, then (for a small collective) a slot
+ *                 per member with its payload, or the root's alone
+ *                 (zcopy_span_group_base)
  * A member writes its arrival (and payload) into its place and enters the
- * round; the leader waits for every member, sends its group's places (or,
+ * round; the leader waits for every member, sends its group's part (or,
  * at a sync, the group's or-ed report) to every other group's leader in
- * one tagged UCX message each, and its group's payloads in a second one,
- * receives theirs straight into their places, and completes the round;
- * members wait for that. So a rank that is not a leader sends one record
- * per round whatever the number of servers, and a leader one or two
- * messages per other server.
+ * one tagged UCX message each, receives theirs straight into their parts,
+ * and completes the round; members wait for that. So a rank that is not a
+ * leader sends one record per round whatever the number of servers, and a
+ * leader one message per other server.
  *
  * Why the areas can be reused by parity: a member writes arrival k only
  * after round k - 1 completed, which needed every member of its group to
@@ -34,8 +32,7 @@
  * that arrive early wait inside UCX, matched by their tag:
  *   bits 63..44  the receiving leader's plane id (unique in its process)
  *   bits 43..28  the sending group
- *   bit  27      set on the message with the payloads
- *   bits 26..0   the round, modulo 2^27
+ *   bits 27..0   the round, modulo 2^28
  */
 #include "span.h"
 
@@ -49,8 +46,7 @@
 
 #define PLANE_ID_BITS 20
 #define PLANE_GROUP_BITS 16
-#define PLANE_ROUND_BITS 27
-#define PLANE_PAYLOAD_BIT (UINT64_C(1) << PLANE_ROUND_BITS)
+#define PLANE_ROUND_BITS 28
 #define PLANE_MAX_GROUPS (1 << PLANE_GROUP_BITS)
 
 typedef struct {
@@ -105,7 +101,7 @@ static size_t plane_lines(const zcopy_span_t *sp)
 
 static size_t plane_area_size(const zcopy_span_t *sp)
 {
-    return (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE;
+    return (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE + sp->payload_size;
 }
 
 static uint8_t *plane_area(const zcopy_span_t *sp, uint64_t arrival)
@@ -114,21 +110,14 @@ static uint8_t *plane_area(const zcopy_span_t *sp, uint64_t arrival)
            (arrival & 1) * plane_area_size(sp);
 }
 
-static uint8_t *plane_payload(const zcopy_span_t *sp, uint64_t arrival)
-{
-    return sp->plane + plane_lines(sp) * ZCOPY_CACHE_LINE +
-           2 * plane_area_size(sp) + (arrival & 1) * sp->payload_size;
-}
-
-/* The tag of a message to @to_group's leader; @payload: the second one. */
+/* The tag of a message to @to_group's leader. */
 static uint64_t plane_tag(const zcopy_span_t *sp, int to_group, int from_group,
-                          uint64_t round, bool payload)
+                          uint64_t round)
 {
     return (uint64_t)sp->group_tag[to_group]
-               << (PLANE_GROUP_BITS + PLANE_ROUND_BITS + 1) |
-           (uint64_t)from_group << (PLANE_ROUND_BITS + 1) |
-           (payload ? PLANE_PAYLOAD_BIT : 0) |
-           (round & (PLANE_PAYLOAD_BIT - 1));
+               << (PLANE_GROUP_BITS + PLANE_ROUND_BITS) |
+           (uint64_t)from_group << PLANE_ROUND_BITS |
+           (round & ((UINT64_C(1) << PLANE_ROUND_BITS) - 1));
 }
 
 /* Bytes of payload area: coll_zcopy_span_inline_max for every rank, within
@@ -167,11 +156,10 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
 
     sp->plane_fd = -1;
     sp->leader = sp->members[sp->group_start[g]];
-    sp->pos = calloc((size_t)sp->nranks, sizeof(int));
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     cpus = calloc((size_t)gsize, sizeof(*cpus));
-    if (!sp->pos || !sp->group_tag || !sp->group_flags || !cpus)
+    if (!sp->group_tag || !sp->group_flags || !cpus)
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
     else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
@@ -180,8 +168,6 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "more than %d servers",
                          PLANE_MAX_GROUPS);
     if (st == ZCOPY_SUCCESS) {
-        for (int r = 0; r < sp->nranks; r++)
-            sp->pos[r] = sp->group_start[sp->group[r]] + sp->index[r];
         for (int h = 0; h < sp->ngroups; h++)
             sp->group_tag[h] = all[sp->members[sp->group_start[h]]].plane_id;
         for (int i = 0; i < gsize; i++)
@@ -189,7 +175,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
         sp->yield = zcopy_wait_yields(cpus, gsize, sp->index[sp->rank]);
         sp->payload_size = plane_payload_size(sp->nranks);
         sp->plane_size = plane_lines(sp) * ZCOPY_CACHE_LINE +
-                         2 * plane_area_size(sp) + 2 * sp->payload_size;
+                         2 * plane_area_size(sp);
     }
     if (st == ZCOPY_SUCCESS && sp->rank == sp->leader) {
         st = zcopy_memfd_segment("zcopy-span-plane", sp->plane_size,
@@ -229,7 +215,6 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     }
     sp->plane = p;
     sp->area = plane_area(sp, 0);
-    sp->payload = plane_payload(sp, 0);
 out:
     free(cpus);
     return st;
@@ -252,10 +237,8 @@ void zcopy_span_plane_destroy(zcopy_span_t *sp)
     if (sp->plane != NULL)
         munmap(sp->plane, sp->plane_size);
     sp->plane = NULL;
-    free(sp->pos);
     free(sp->group_tag);
     free(sp->group_flags);
-    sp->pos = NULL;
     sp->group_tag = NULL;
     sp->group_flags = NULL;
 }
@@ -268,34 +251,19 @@ static void plane_count(zcopy_comm_t *zc, uint64_t msgs, uint64_t bytes)
     zc->stats.ctl_bytes += bytes;
 }
 
-/* Leader: what group @h sends in this round (its places, or at a sync
- * its report), and so where that lands here; with @payload, its payloads
- * (none: *len 0). */
-static void plane_buffers(zcopy_span_t *sp, bool arrival, bool payload, int h,
+/* Leader: what group @h sends in this round (its part of the arrival, or
+ * at a sync its report), and so where that lands here. */
+static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
                           uint8_t **buf, size_t *len)
 {
-    const zcopy_span_payload_t *pl = &sp->carried;
-
-    *len = 0;
     if (!arrival) {
-        if (payload)
-            return;
         *buf = (uint8_t *)(h == sp->group[sp->rank] ? &sp->sync_out
                                                     : &sp->group_flags[h]);
         *len = sizeof(uint32_t);
         return;
     }
-    if (!payload) {
-        *buf = (uint8_t *)sp->area +
-               (size_t)sp->group_start[h] * ZCOPY_SPAN_DESC_STRIDE;
-        *len = (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
-    } else if (pl->len > 0 && pl->root < 0) {
-        *buf = sp->payload + (size_t)sp->group_start[h] * pl->len;
-        *len = (size_t)zcopy_span_group_size(sp, h) * pl->len;
-    } else if (pl->len > 0 && sp->group[pl->root] == h) {
-        *buf = sp->payload;
-        *len = pl->len;
-    }
+    *buf = sp->area + zcopy_span_group_base(sp, h);
+    *len = zcopy_span_group_bytes(sp, h);
 }
 
 /* Leader: the exchange with the other groups' leaders; false when a
@@ -312,29 +280,24 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     /* Everything is posted even after a failure: a leader left without
      * its message would wait for it forever. */
     for (int h = 0; h < sp->ngroups; h++) {
-        for (int part = 0; part < 2 && h != me; part++) {
-            plane_buffers(sp, arrival, part, h, &buf, &len);
-            if (len > 0)
-                ok &= zcopy_ucx_tag_recv(buf, len,
-                                         plane_tag(sp, me, h, round, part),
-                                         &comp) == ZCOPY_SUCCESS;
-        }
+        if (h == me)
+            continue;
+        plane_buffers(sp, arrival, h, &buf, &len);
+        ok &= zcopy_ucx_tag_recv(buf, len, plane_tag(sp, me, h, round),
+                                 &comp) == ZCOPY_SUCCESS;
     }
-    for (int part = 0; part < 2; part++) {
-        plane_buffers(sp, arrival, part, me, &buf, &len);
-        for (int h = 0; h < sp->ngroups && len > 0; h++) {
-            bool sent;
+    plane_buffers(sp, arrival, me, &buf, &len);
+    for (int h = 0; h < sp->ngroups; h++) {
+        bool sent;
 
-            if (h == me)
-                continue;
-            sent = zcopy_ucx_tag_send(sp->eps[sp->members[sp->group_start[h]]],
-                                      buf, len,
-                                      plane_tag(sp, h, me, round, part),
-                                      &comp) == ZCOPY_SUCCESS;
-            if (sent)
-                plane_count(zc, 1, len);
-            ok &= sent;
-        }
+        if (h == me)
+            continue;
+        sent = zcopy_ucx_tag_send(sp->eps[sp->members[sp->group_start[h]]],
+                                  buf, len, plane_tag(sp, h, me, round),
+                                  &comp) == ZCOPY_SUCCESS;
+        if (sent)
+            plane_count(zc, 1, len);
+        ok &= sent;
     }
     /* Whatever failed, what was posted completes before the buffers go;
      * without a worker (finalized under us), nothing will. */
@@ -399,18 +362,13 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_payload_t *pl,
                                  const void *src, size_t len)
 {
-    const uint64_t arrival = ++sp->arrivals;
-    uint8_t *area = plane_area(sp, arrival);
-
-    memcpy(area + (size_t)sp->pos[sp->rank] * ZCOPY_SPAN_DESC_STRIDE, mine,
-           sizeof(*mine));
-    sp->area = area;
-    sp->payload = plane_payload(sp, arrival);
+    sp->area = plane_area(sp, ++sp->arrivals);
     sp->carried = *pl;
+    memcpy((void *)zcopy_span_desc(sp, sp->rank), mine, sizeof(*mine));
     if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
-        memcpy((uint8_t *)zcopy_span_payload_of(sp, sp->rank), src,
-               len < pl->len ? len : pl->len);
-        plane_count(zc, 0, len < pl->len ? len : pl->len);
+        len = len < pl->len ? len : pl->len;
+        memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);
+        plane_count(zc, 0, len);
     }
     return plane_round(zc, sp, true, 0) & ZCOPY_CTL_SYNC_BROKEN
                ? zcopy_error(ZCOPY_ERR_INTERNAL, "control messages between "

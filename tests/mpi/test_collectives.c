@@ -1270,7 +1270,9 @@ static bool span_carries(const coll_case_t *c, size_t bytes)
                       ? SPAN_PAYLOAD_MAX
                       : (span_inline_max * n + 63) / 64 * 64;
 
-    return bytes <= span_inline_max && bytes <= area / (root_only ? 1 : n);
+    /* Each sender's payload takes whole cache lines. */
+    return bytes <= span_inline_max &&
+           (bytes + 63) / 64 * 64 <= area / (root_only ? 1 : n);
 }
 
 /* zcopy's rule for small collectives (README, "Small messages"): when every
