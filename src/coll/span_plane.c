@@ -49,6 +49,9 @@
 #define PLANE_ROUND_BITS 28
 #define PLANE_MAX_GROUPS (1 << PLANE_GROUP_BITS)
 
+/* What a member reports at an arrival: it declined the collective. */
+#define PLANE_DECLINED (1u << 8)
+
 typedef struct {
     _Atomic uint64_t round;       /* the last round completed (leader) or
                                      entered (member) */
@@ -256,6 +259,8 @@ static void plane_count(zcopy_comm_t *zc, uint64_t msgs, uint64_t bytes)
 static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
                           uint8_t **buf, size_t *len)
 {
+    const int g = sp->group[sp->rank];
+
     if (!arrival) {
         *buf = (uint8_t *)(h == sp->group[sp->rank] ? &sp->sync_out
                                                     : &sp->group_flags[h]);
@@ -264,6 +269,10 @@ static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
     }
     *buf = sp->area + zcopy_span_group_base(sp, h);
     *len = zcopy_span_group_bytes(sp, h);
+    /* A call that a rank of this group declined falls back on every rank:
+     * its payloads would go unread. The places come first. */
+    if (h == g && (sp->sync_out & PLANE_DECLINED))
+        *len = (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
 }
 
 /* Leader: the exchange with the other groups' leaders; false when a
@@ -362,15 +371,19 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_payload_t *pl,
                                  const void *src, size_t len)
 {
+    bool declined;
+
     sp->area = plane_area(sp, ++sp->arrivals);
     sp->carried = *pl;
     memcpy((void *)zcopy_span_desc(sp, sp->rank), mine, sizeof(*mine));
+    declined = mine->args.reason != REASON_NONE;
     if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
         len = len < pl->len ? len : pl->len;
         memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);
         plane_count(zc, 0, len);
     }
-    return plane_round(zc, sp, true, 0) & ZCOPY_CTL_SYNC_BROKEN
+    return plane_round(zc, sp, true, declined ? PLANE_DECLINED : 0) &
+                   ZCOPY_CTL_SYNC_BROKEN
                ? zcopy_error(ZCOPY_ERR_INTERNAL, "control messages between "
                              "servers failed")
                : ZCOPY_SUCCESS;
