@@ -74,6 +74,7 @@ typedef struct {
                                   with the arrivals (coll/span.h caps) */
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
     int transport;             /* zcopy_transport_t: how peers are reached */
+    int ucx_fetch;             /* zcopy_ucx_fetch_t: how UCX reads a peer */
     int wait_report_s;         /* report a peer awaited this long (0: never) */
     int peer_access;           /* zcopy_ipc_access_t: 0 auto, 1 pidfd, 2 socket */
     size_t streaming_min;      /* bytes: copies this long bypass the cache;
@@ -88,6 +89,16 @@ typedef enum {
     ZCOPY_TRANSPORT_IPC,
     ZCOPY_TRANSPORT_UCX
 } zcopy_transport_t;
+
+/* coll_zcopy_ucx_fetch: how a rank reads a peer's buffer on another
+ * server. get: one UCX get (emulated by the target on tcp in UCX 1.13);
+ * send: the target sends it with a tagged send on request (ucx/serve.c);
+ * auto: send, which measured 3.4x faster over tcp (src/ucx/README.md). */
+typedef enum {
+    ZCOPY_UCX_FETCH_AUTO,
+    ZCOPY_UCX_FETCH_GET,
+    ZCOPY_UCX_FETCH_SEND
+} zcopy_ucx_fetch_t;
 
 extern zcopy_config_t zcopy_config;
 

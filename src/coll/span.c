@@ -361,8 +361,13 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
         return;
     }
     rkey = span_rkey(sa, r, addr, len);
-    if (rkey == NULL || zcopy_ucx_get(sa->sp->eps[r], dst, NULL, addr, rkey,
-                                      len, &sa->comp) != ZCOPY_SUCCESS)
+    if (rkey == NULL)
+        span_fail(sa, "get from", r);
+    else if (zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_GET
+                 ? zcopy_ucx_get(sa->sp->eps[r], dst, NULL, addr, rkey, len,
+                                 &sa->comp) != ZCOPY_SUCCESS
+                 : zcopy_ucx_read(sa->sp->eps[r], dst, addr, rkey, len,
+                                  &sa->comp) != ZCOPY_SUCCESS)
         span_fail(sa, "get from", r);
 }
 

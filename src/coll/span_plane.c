@@ -30,7 +30,8 @@
  * k, and a remote leader can send k + 2 only after this group's leader
  * sent k + 1, i.e. after its members left k. Messages of later rounds
  * that arrive early wait inside UCX, matched by their tag:
- *   bits 63..44  the receiving leader's plane id (unique in its process)
+ *   bit  63      clear (set on the replies of served reads, ucx/serve.c)
+ *   bits 62..44  the receiving leader's plane id (unique in its process)
  *   bits 43..28  the sending group
  *   bits 27..0   the round, modulo 2^28
  */
@@ -44,7 +45,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define PLANE_ID_BITS 20
+#define PLANE_ID_BITS 19
 #define PLANE_GROUP_BITS 16
 #define PLANE_ROUND_BITS 28
 #define PLANE_MAX_GROUPS (1 << PLANE_GROUP_BITS)

@@ -64,11 +64,12 @@ zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
 zcopy_status_t zcopy_ucx_init_locked(void)
 {
     /* RMA for the data, tagged messages for the control plane between
-     * servers. The emulation of put/get over active messages is internal
+     * servers and for reads served by their target (serve.c), active
+     * messages for read requests. The emulation of put/get over active messages is internal
      * to UCX and needs no UCP_FEATURE_AM from us (verified on 1.13.1). */
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-        .features   = UCP_FEATURE_RMA | UCP_FEATURE_TAG,
+        .features   = UCP_FEATURE_RMA | UCP_FEATURE_TAG | UCP_FEATURE_AM,
         .name       = "zcopy",
     };
     ucp_worker_params_t worker_params = {
@@ -106,6 +107,9 @@ zcopy_status_t zcopy_ucx_init_locked(void)
         st = zcopy_ucx_error(us, "ucx: ucp_worker_get_address");
         goto err_destroy_worker;
     }
+    st = zcopy_ucx_serve_init_locked();
+    if (st != ZCOPY_SUCCESS)
+        goto err_release_address;
     zcopy_ucx.memory_types = attr.memory_types;
     zcopy_ucx.state = UCX_STATE_LIVE;
     atomic_store_explicit(&zcopy_ucx_live, true, memory_order_relaxed);
@@ -117,6 +121,9 @@ zcopy_status_t zcopy_ucx_init_locked(void)
               ucp_get_version_string(), zcopy_ucx.address_len);
     return ZCOPY_SUCCESS;
 
+err_release_address:
+    ucp_worker_release_address(zcopy_ucx.worker, zcopy_ucx.address);
+    zcopy_ucx.address = NULL;
 err_destroy_worker:
     ucp_worker_destroy(zcopy_ucx.worker);
     zcopy_ucx.worker = NULL;
@@ -170,6 +177,8 @@ static void cleanup_locked(bool flush)
     zcopy_ucx.address_len = 0;
     ucp_worker_destroy(zcopy_ucx.worker);
     zcopy_ucx.worker = NULL;
+    zcopy_ucx_serve_cleanup_locked();
+    zcopy_ucx.serving = 0;
     ucp_cleanup(zcopy_ucx.context);
     zcopy_ucx.context = NULL;
     zcopy_ucx.state = UCX_STATE_NONE;
@@ -219,7 +228,7 @@ unsigned zcopy_ucx_progress_worker(void)
     if (pthread_mutex_trylock(&zcopy_ucx.lock) != 0)
         return 0;
     if (zcopy_ucx.state == UCX_STATE_LIVE)
-        events = ucp_worker_progress(zcopy_ucx.worker);
+        events = zcopy_ucx_worker_progress_locked();
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return events;
 }
@@ -243,7 +252,7 @@ void zcopy_ucx_backoff(unsigned events, unsigned *idle)
 
 void zcopy_ucx_poll_locked(unsigned *idle)
 {
-    zcopy_ucx_backoff(ucp_worker_progress(zcopy_ucx.worker), idle);
+    zcopy_ucx_backoff(zcopy_ucx_worker_progress_locked(), idle);
 }
 
 ucs_status_t zcopy_ucx_request_wait_locked(ucs_status_ptr_t request)

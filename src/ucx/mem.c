@@ -130,6 +130,11 @@ void zcopy_ucx_mem_unregister(zcopy_ucx_mem_t *mem)
      * gone, and unregistering it then is a harmless no-op. */
     for (m = zcopy_ucx.mems; m != NULL && m != mem; m = m->next)
         ;
+    /* A served read's send may still hold a registration after its reader
+     * has the data (serve.c): let them finish before any goes. */
+    for (unsigned idle = 0; m != NULL && zcopy_ucx.serving > 0 &&
+                            zcopy_ucx.state == UCX_STATE_LIVE;)
+        zcopy_ucx_poll_locked(&idle);
     if (m != NULL)
         zcopy_ucx_mem_release_locked(mem);
     pthread_mutex_unlock(&zcopy_ucx.lock);

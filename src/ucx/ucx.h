@@ -192,6 +192,14 @@ zcopy_status_t zcopy_ucx_put(zcopy_ucx_ep_t *ep, const void *local,
                              uint64_t remote, zcopy_ucx_rkey_t *rkey,
                              size_t len, zcopy_ucx_comp_t *comp);
 
+/* A get the target serves with a tagged send (serve.c), for transports on
+ * which UCX emulates get: [@remote, +@len) of the block behind @rkey lands
+ * in @local when @comp completes, with no flush. The target serves it from
+ * its own progress, as the emulated get needs too. */
+zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
+                              zcopy_ucx_rkey_t *rkey, size_t len,
+                              zcopy_ucx_comp_t *comp);
+
 /* Non-blocking flush: @comp completes once every transfer issued on @ep
  * before it has completed at the peer too (remote completion). */
 zcopy_status_t zcopy_ucx_flush_nb(zcopy_ucx_ep_t *ep, zcopy_ucx_comp_t *comp);

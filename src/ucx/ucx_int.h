@@ -65,6 +65,11 @@ typedef struct {
     size_t neps, cap_eps;
     zcopy_ucx_mem_t *mems;
     size_t nmems;
+    /* Reads served by tagged sends (serve.c). */
+    void *serve_queue;            /* requests arrived, not yet served */
+    size_t serve_cap, serve_queued;
+    size_t serving;               /* replies in flight */
+    uint64_t read_tags;           /* this process's reads, for their tags */
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
 } zcopy_ucx_state_t;
 
@@ -75,6 +80,17 @@ zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 zcopy_status_t zcopy_ucx_init_locked(void);
+
+/* The active message that asks a peer to send part of a registration. */
+#define ZCOPY_UCX_AM_READ 0x5a
+
+/* serve.c: the request handler, set once the worker exists; one progress
+ * of the worker that then serves what arrived (every progress in this
+ * layer goes through it); the queue's end. */
+zcopy_status_t zcopy_ucx_serve_init_locked(void);
+unsigned zcopy_ucx_worker_progress_locked(void);
+void zcopy_ucx_serve_locked(void);
+void zcopy_ucx_serve_cleanup_locked(void);
 
 /* After a poll that found @events: nothing (again) means a pause that
  * grows into yielding the processor, since the peer we wait for may need

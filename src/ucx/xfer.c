@@ -235,7 +235,7 @@ static bool comp_poll(zcopy_ucx_comp_t *comp, unsigned *events)
 
     pthread_mutex_lock(&zcopy_ucx.lock);
     *events = zcopy_ucx.state == UCX_STATE_LIVE
-                  ? ucp_worker_progress(zcopy_ucx.worker) : 0;
+                  ? zcopy_ucx_worker_progress_locked() : 0;
     /* Without a worker nothing can complete any more: do not spin. */
     done = comp->pending == 0 || zcopy_ucx.state != UCX_STATE_LIVE;
     pthread_mutex_unlock(&zcopy_ucx.lock);

@@ -441,6 +441,38 @@ static void transfer_big(void)
     free(got);
 }
 
+/* The same 16 MiB from the right neighbour, sent by it on request
+ * (zcopy_ucx_read): the neighbour serves it from its own progress, here
+ * from its wait in the same call; and a small read of the first bytes. */
+static void transfer_read(void)
+{
+    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    int right = (rank + 1) % nranks;
+    char *got = malloc(BIG);
+    double t_read;
+
+    zt_require(got != NULL, "malloc");
+    memset(got, 0xee, BIG);
+    progressing_barrier();
+    t_read = now();
+    ZT_CHECK(zcopy_ucx_read(peers[right].ep, got, peers[right].desc.va,
+                            peers[right].rk, BIG, &comp) == ZCOPY_SUCCESS &&
+                 zcopy_ucx_read(peers[right].ep, got, peers[right].desc.va,
+                                peers[right].rk, 64, &comp) == ZCOPY_SUCCESS,
+             "16 MiB read: %s", zcopy_mem_last_error());
+    ZT_CHECK(zcopy_ucx_wait(&comp) == ZCOPY_SUCCESS, "16 MiB read: %s",
+             zcopy_mem_last_error());
+    t_read = now() - t_read;
+    progressing_barrier();
+    ZT_CHECK(comp.bytes == BIG + 64, "reads counted %llu bytes",
+             (unsigned long long)comp.bytes);
+    ZT_CHECK(holds(got, BIG, right, peers[right].desc.generation, 0, 0),
+             "16 MiB read from rank %d", right);
+    if (rank == 0)
+        printf("16 MiB: read (sent by the target) %.1f ms\n", t_read * 1e3);
+    free(got);
+}
+
 /* --- refusals ------------------------------------------------------------- */
 
 static void refusals(void)
@@ -458,6 +490,9 @@ static void refusals(void)
     ZT_CHECK(zcopy_ucx_put(peer->ep, buf, NULL, peer->desc.va - 8, peer->rk,
                            8, &comp) == ZCOPY_ERR_RANGE,
              "a put before the peer's block is refused");
+    ZT_CHECK(zcopy_ucx_read(peer->ep, buf, peer->desc.va + BLOCK - 8,
+                            peer->rk, 16, &comp) == ZCOPY_ERR_RANGE,
+             "a read past the end of the peer's block is refused");
     ZT_CHECK(zcopy_ucx_get(peer->ep, buf, me.mem, peer->desc.va, peer->rk,
                            8, &comp) == ZCOPY_ERR_RANGE,
              "a local buffer outside the registration given is refused");
@@ -545,6 +580,7 @@ int main(int argc, char **argv)
     take_keys();
     transfer_small();
     transfer_big();
+    transfer_read();
     refusals();
     progressing_barrier();
 

@@ -9,6 +9,7 @@ target_sources(test_ucx PRIVATE
   ${PROJECT_SOURCE_DIR}/src/ucx/ep.c
   ${PROJECT_SOURCE_DIR}/src/ucx/mem.c
   ${PROJECT_SOURCE_DIR}/src/ucx/xfer.c
+  ${PROJECT_SOURCE_DIR}/src/ucx/serve.c
   ${PROJECT_SOURCE_DIR}/src/host/progress.c)
 target_include_directories(test_ucx PRIVATE
   ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)

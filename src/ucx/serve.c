@@ -1,0 +1,293 @@
+/*
+ * Reads served by their target with a tagged send: the fetch engine for
+ * transports whose get UCX emulates (tcp in UCX 1.13, README.md). The
+ * reader posts a tagged receive straight into its destination and asks the
+ * target, in one active message, to send it [va, +len) of a registration;
+ * the target sends from the registered pages (zero-copy on the wire
+ * protocols that have it), and the reader's receive completes with the
+ * data: no flush, and a bulk protocol instead of the emulated get's
+ * active-message fragments (measured 3.4x faster at 16 MiB over tcp).
+ *
+ * The target serves from its progress calls: the active message's
+ * callback only queues the request (UCX allows no new operation from
+ * inside ucp_worker_progress), and every progress of the worker in this
+ * layer ends by sending what is queued, on the endpoint UCX hands the
+ * callback for replies (the queue is drained before the lock is dropped,
+ * so no endpoint can close in between). A range outside every registration
+ * is refused: answered with an empty message, which fails the reader's
+ * receive.
+ */
+#include "ucx_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Tags of replies: the top bit, which no control-plane tag sets. */
+#define SERVE_TAG_BIT (UINT64_C(1) << 63)
+
+typedef struct {
+    uint64_t va;
+    uint64_t len;
+    uint64_t tag;
+} serve_request_t;
+
+typedef struct {
+    serve_request_t q;
+    ucp_ep_h reply_ep;
+} serve_queued_t;
+
+/* A reader's receive: what it expects, for the completion to check. */
+typedef struct {
+    zcopy_ucx_comp_t *comp;
+    uint64_t len;
+} serve_recv_t;
+
+/* Room for one more request in the queue. */
+static bool serve_queue_reserve(void)
+{
+    size_t cap = zcopy_ucx.serve_cap ? 2 * zcopy_ucx.serve_cap : 16;
+    void *q;
+
+    if (zcopy_ucx.serve_queued < zcopy_ucx.serve_cap)
+        return true;
+    q = realloc(zcopy_ucx.serve_queue, cap * sizeof(serve_queued_t));
+    if (q == NULL)
+        return false;
+    zcopy_ucx.serve_queue = q;
+    zcopy_ucx.serve_cap = cap;
+    return true;
+}
+
+/* Called by UCX inside ucp_worker_progress, with the layer's lock held. */
+static ucs_status_t serve_request_arrived(void *arg, const void *header,
+                                         size_t header_length, void *data,
+                                         size_t length,
+                                         const ucp_am_recv_param_t *param)
+{
+    serve_queued_t *e;
+
+    (void)arg;
+    (void)data;
+    (void)length;
+    if (header_length != sizeof(serve_request_t) ||
+        !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+        return UCS_OK;            /* not a request of ours: dropped */
+    if (!serve_queue_reserve()) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory queueing a read "
+                  "request: its reader will wait");
+        return UCS_OK;
+    }
+    e = &((serve_queued_t *)zcopy_ucx.serve_queue)[zcopy_ucx.serve_queued++];
+    memcpy(&e->q, header, sizeof(e->q));
+    e->reply_ep = param->reply_ep;
+    return UCS_OK;
+}
+
+zcopy_status_t zcopy_ucx_serve_init_locked(void)
+{
+    ucp_am_handler_param_t param = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = ZCOPY_UCX_AM_READ,
+        .cb = serve_request_arrived,
+        .arg = NULL,
+    };
+    ucs_status_t us = ucp_worker_set_am_recv_handler(zcopy_ucx.worker, &param);
+
+    return us == UCS_OK ? ZCOPY_SUCCESS
+                        : zcopy_ucx_error(us, "ucx: read request handler");
+}
+
+static void serve_sent(void *request, ucs_status_t status, void *user_data)
+{
+    (void)user_data;
+    if (status != UCS_OK)
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read failed: %s",
+                  ucs_status_string(status));
+    zcopy_ucx.serving--;
+    ucp_request_free(request);
+}
+
+static const zcopy_ucx_mem_t *serve_registration(uint64_t va, uint64_t len)
+{
+    for (const zcopy_ucx_mem_t *m = zcopy_ucx.mems; m != NULL; m = m->next)
+        if (zcopy_range_inside(va, len, m->va, m->size))
+            return m;
+    return NULL;
+}
+
+static void serve_one_locked(const serve_queued_t *e)
+{
+    const serve_request_t *q = &e->q;
+    const zcopy_ucx_mem_t *m = serve_registration(q->va, q->len);
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .cb.send      = serve_sent,
+    };
+    ucs_status_ptr_t request;
+
+    if (m == NULL)
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for [%#llx, +%llu), "
+                  "which no registration holds: refused",
+                  (unsigned long long)q->va, (unsigned long long)q->len);
+    else {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = m->memh;
+    }
+    request = ucp_tag_send_nbx(e->reply_ep,
+                               m ? (void *)(uintptr_t)q->va : NULL,
+                               m ? q->len : 0, q->tag, &param);
+    if (UCS_PTR_IS_ERR(request))
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read: %s",
+                  ucs_status_string(UCS_PTR_STATUS(request)));
+    else if (request != NULL)
+        zcopy_ucx.serving++;
+}
+
+void zcopy_ucx_serve_locked(void)
+{
+    /* Each send may progress the worker and queue more: take them in
+     * order until none is left. */
+    for (size_t i = 0; i < zcopy_ucx.serve_queued; i++) {
+        serve_queued_t e = ((serve_queued_t *)zcopy_ucx.serve_queue)[i];
+
+        serve_one_locked(&e);
+    }
+    zcopy_ucx.serve_queued = 0;
+}
+
+unsigned zcopy_ucx_worker_progress_locked(void)
+{
+    unsigned events = ucp_worker_progress(zcopy_ucx.worker);
+
+    if (zcopy_ucx.serve_queued > 0)
+        zcopy_ucx_serve_locked();
+    return events;
+}
+
+void zcopy_ucx_serve_cleanup_locked(void)
+{
+    free(zcopy_ucx.serve_queue);
+    zcopy_ucx.serve_queue = NULL;
+    zcopy_ucx.serve_cap = zcopy_ucx.serve_queued = 0;
+}
+
+/* --- the reader's side -------------------------------------------------- */
+
+static void read_arrived(void *request, ucs_status_t status,
+                         const ucp_tag_recv_info_t *info, void *user_data)
+{
+    serve_recv_t *r = user_data;
+    zcopy_ucx_comp_t *comp = r->comp;
+
+    if (status == UCS_OK && info->length != r->len)
+        status = UCS_ERR_INVALID_ADDR; /* refused by the target */
+    if (status != UCS_OK && comp->failure == 0)
+        comp->failure = status;
+    comp->pending--;
+    free(r);
+    ucp_request_free(request);
+}
+
+/* A request in flight: UCX 1.13 reads its header until the send
+ * completes, so it lives here until then. */
+typedef struct {
+    zcopy_ucx_comp_t *comp;
+    serve_request_t q;
+} serve_send_t;
+
+static void request_sent(void *request, ucs_status_t status, void *user_data)
+{
+    serve_send_t *sd = user_data;
+    zcopy_ucx_comp_t *comp = sd->comp;
+
+    if (status != UCS_OK && comp->failure == 0)
+        comp->failure = status;
+    comp->pending--;
+    free(sd);
+    ucp_request_free(request);
+}
+
+zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
+                              zcopy_ucx_rkey_t *rkey, size_t len,
+                              zcopy_ucx_comp_t *comp)
+{
+    ucp_request_param_t rparam = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.recv      = read_arrived,
+    };
+    ucp_request_param_t sparam = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .cb.send      = request_sent,
+        .flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY,
+    };
+    ucs_status_ptr_t request, recv;
+    serve_send_t *sd;
+    serve_recv_t *r;
+    zcopy_status_t st;
+    ucp_ep_h handle;
+
+    if (ep == NULL || rkey == NULL || comp == NULL || (local == NULL && len))
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: read: NULL argument");
+    if (len == 0)
+        return ZCOPY_SUCCESS;
+    /* Checked here too: a refused request costs a round trip and a log. */
+    if (rkey->ep != ep || !zcopy_range_inside(remote, len, rkey->va, rkey->size))
+        return zcopy_error(ZCOPY_ERR_RANGE, "ucx: read: [%#llx, +%zu) is not "
+                           "inside the peer's block", (unsigned long long)remote,
+                           len);
+    r = malloc(sizeof(*r));
+    sd = malloc(sizeof(*sd));
+    if (r == NULL || sd == NULL) {
+        free(r);
+        free(sd);
+        return zcopy_error(ZCOPY_ERR_NOMEM, "ucx: read: out of memory");
+    }
+    *r = (serve_recv_t){ .comp = comp, .len = len };
+    *sd = (serve_send_t){ .comp = comp, .q = { .va = remote, .len = len } };
+    rparam.user_data = r;
+    sparam.user_data = sd;
+
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    st = zcopy_ucx_ep_handle_locked(ep, &handle);
+    if (st != ZCOPY_SUCCESS)
+        goto out;
+    sd->q.tag = SERVE_TAG_BIT | ++zcopy_ucx.read_tags;
+    recv = ucp_tag_recv_nbx(zcopy_ucx.worker, local, len, sd->q.tag,
+                            ZCOPY_UCX_TAG_MASK_ALL, &rparam);
+    if (UCS_PTR_IS_ERR(recv)) {
+        st = zcopy_ucx_error(UCS_PTR_STATUS(recv), "ucx: read of %zu bytes "
+                             "from pid %llu", len,
+                             (unsigned long long)ep->key.pid);
+        goto out;
+    }
+    if (recv != NULL) {
+        r = NULL;                 /* the receive owns it now */
+        comp->pending++;
+    }
+    request = ucp_am_send_nbx(handle, ZCOPY_UCX_AM_READ, &sd->q,
+                              sizeof(sd->q), NULL, 0, &sparam);
+    if (UCS_PTR_IS_ERR(request)) {
+        /* Nobody will answer: the receive completes as cancelled. */
+        st = zcopy_ucx_error(UCS_PTR_STATUS(request), "ucx: read request to "
+                             "pid %llu", (unsigned long long)ep->key.pid);
+        if (recv != NULL)
+            ucp_request_cancel(zcopy_ucx.worker, recv);
+        goto out;
+    }
+    if (request != NULL) {
+        sd = NULL;                /* the send owns it now */
+        comp->pending++;
+    }
+    comp->bytes += len;
+    atomic_fetch_add_explicit(&zcopy_ucx.bytes, len, memory_order_relaxed);
+out:
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    free(r);
+    free(sd);
+    return st;
+}
