@@ -136,7 +136,8 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         "is one UCX get (which UCX 1.13 emulates on tcp with the target's "
         "active messages); send asks the target, which sends the bytes "
         "from its registered buffer with a tagged send into the reader's "
-        "buffer; auto is send, measured 3.4x faster over tcp",
+        "buffer; auto is get where UCX reaches the peer over InfiniBand "
+        "or RoCE (rc, dc), else send, measured 3.4x faster over tcp",
         &c->ucx_fetch);
 }
 

@@ -93,7 +93,8 @@ typedef enum {
 /* coll_zcopy_ucx_fetch: how a rank reads a peer's buffer on another
  * server. get: one UCX get (emulated by the target on tcp in UCX 1.13);
  * send: the target sends it with a tagged send on request (ucx/serve.c);
- * auto: send, which measured 3.4x faster over tcp (src/ucx/README.md). */
+ * auto: get where the network does it (rc, dc), else send, which measured
+ * 3.4x faster over tcp (src/ucx/README.md). */
 typedef enum {
     ZCOPY_UCX_FETCH_AUTO,
     ZCOPY_UCX_FETCH_GET,

@@ -349,6 +349,15 @@ static void span_copy_mapped(zcopy_span_algo_t *sa, int r, uint64_t addr,
     sa->ipc_bytes += r == sa->rank ? 0 : len;
 }
 
+/* coll_zcopy_ucx_fetch: auto reads by get only where the network does it
+ * without the peer's worker (src/ucx/README.md, "Fetch engines"). */
+static bool span_fetch_by_get(const zcopy_ucx_ep_t *ep)
+{
+    if (zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_AUTO)
+        return zcopy_ucx_ep_rma_native(ep);
+    return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_GET;
+}
+
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
                     void *dst)
 {
@@ -363,7 +372,7 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
     rkey = span_rkey(sa, r, addr, len);
     if (rkey == NULL)
         span_fail(sa, "get from", r);
-    else if (zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_GET
+    else if (span_fetch_by_get(sa->sp->eps[r])
                  ? zcopy_ucx_get(sa->sp->eps[r], dst, NULL, addr, rkey, len,
                                  &sa->comp) != ZCOPY_SUCCESS
                  : zcopy_ucx_read(sa->sp->eps[r], dst, addr, rkey, len,

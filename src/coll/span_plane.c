@@ -118,7 +118,7 @@ static uint8_t *plane_area(const zcopy_span_t *sp, uint64_t arrival)
 static uint64_t plane_tag(const zcopy_span_t *sp, int to_group, int from_group,
                           uint64_t round)
 {
-    return (uint64_t)sp->group_tag[to_group]
+    return (uint64_t)(sp->group_tag[to_group] & ((1u << PLANE_ID_BITS) - 1))
                << (PLANE_GROUP_BITS + PLANE_ROUND_BITS) |
            (uint64_t)from_group << PLANE_ROUND_BITS |
            (round & ((UINT64_C(1) << PLANE_ROUND_BITS) - 1));

@@ -169,16 +169,15 @@ static void cleanup_locked(bool flush)
     free(zcopy_ucx.eps);
     zcopy_ucx.eps = NULL;
     zcopy_ucx.cap_eps = 0;
-    while (zcopy_ucx.mems != NULL)
-        zcopy_ucx_mem_release_locked(zcopy_ucx.mems);
-
     ucp_worker_release_address(zcopy_ucx.worker, zcopy_ucx.address);
     zcopy_ucx.address = NULL;
     zcopy_ucx.address_len = 0;
     ucp_worker_destroy(zcopy_ucx.worker);
     zcopy_ucx.worker = NULL;
     zcopy_ucx_serve_cleanup_locked();
-    zcopy_ucx.serving = 0;
+    /* After the worker: a served read's send may still hold one. */
+    while (zcopy_ucx.mems != NULL)
+        zcopy_ucx_mem_release_locked(zcopy_ucx.mems);
     ucp_cleanup(zcopy_ucx.context);
     zcopy_ucx.context = NULL;
     zcopy_ucx.state = UCX_STATE_NONE;

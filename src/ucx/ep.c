@@ -7,6 +7,7 @@
  */
 #include "ucx_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,25 @@ static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key
            memcmp(ep->address, address, address_len) == 0;
 }
 
+/* Whether UCX reaches the peer with a transport whose get is done by the
+ * hardware (InfiniBand or RoCE: rc, dc), as the endpoint's configuration
+ * prints it; UCX 1.13 has no query for an endpoint's transports. */
+static bool ep_rma_native(ucp_ep_h handle)
+{
+    char *text = NULL;
+    size_t len = 0;
+    bool native = false;
+    FILE *f = open_memstream(&text, &len);
+
+    if (f == NULL)
+        return false;
+    ucp_ep_print_info(handle, f);
+    fclose(f);
+    native = text != NULL && (strstr(text, "rc_") || strstr(text, "dc_"));
+    free(text);
+    return native;
+}
+
 static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
 {
     ucp_ep_params_t params = {
@@ -51,6 +71,10 @@ static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
         return zcopy_ucx_error(us, "ucx: endpoint to pid %llu",
                                (unsigned long long)ep->key.pid);
     }
+    ep->rma_native = ep_rma_native(ep->handle);
+    zcopy_log(ZCOPY_LOG_DEBUG, "ucx", "endpoint to pid %llu: its get is %s",
+              (unsigned long long)ep->key.pid,
+              ep->rma_native ? "done by the network" : "emulated by the peer");
     return ZCOPY_SUCCESS;
 }
 
@@ -440,4 +464,9 @@ void zcopy_ucx_rkey_prune(zcopy_ucx_ep_t *ep, const uint64_t *live,
     pthread_mutex_lock(&zcopy_ucx.lock);
     rkeys_drop_locked(ep, live, nlive, NULL);
     pthread_mutex_unlock(&zcopy_ucx.lock);
+}
+
+bool zcopy_ucx_ep_rma_native(const zcopy_ucx_ep_t *ep)
+{
+    return ep->rma_native;
 }

@@ -132,7 +132,7 @@ void zcopy_ucx_mem_unregister(zcopy_ucx_mem_t *mem)
         ;
     /* A served read's send may still hold a registration after its reader
      * has the data (serve.c): let them finish before any goes. */
-    for (unsigned idle = 0; m != NULL && zcopy_ucx.serving > 0 &&
+    for (unsigned idle = 0; m != NULL && m->serving > 0 &&
                             zcopy_ucx.state == UCX_STATE_LIVE;)
         zcopy_ucx_poll_locked(&idle);
     if (m != NULL)

@@ -9,8 +9,9 @@
  * active-message fragments (measured 3.4x faster at 16 MiB over tcp).
  *
  * The target serves from its progress calls: the active message's
- * callback only queues the request (UCX allows no new operation from
- * inside ucp_worker_progress), and every progress of the worker in this
+ * callback only queues the request (it runs inside ucp_worker_progress,
+ * where a send would still be allowed but the registrations are looked up
+ * under the layer's rules), and every progress of the worker in this
  * layer ends by sending what is queued, on the endpoint UCX hands the
  * callback for replies (the queue is drained before the lock is dropped,
  * so no endpoint can close in between). A range outside every registration
@@ -22,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tags of replies: the top bit, which no control-plane tag sets. */
-#define SERVE_TAG_BIT (UINT64_C(1) << 63)
+/* Tags of replies: the bit zcopy_ucx_tag_send/_recv refuse. */
+#define SERVE_TAG_BIT ZCOPY_UCX_TAG_RESERVED
 
 typedef struct {
     uint64_t va;
@@ -58,6 +59,24 @@ static bool serve_queue_reserve(void)
     return true;
 }
 
+static void serve_sent(void *request, ucs_status_t status, void *user_data);
+
+/* The empty answer: the reader's receive fails instead of waiting. */
+static void serve_refuse(ucp_ep_h reply_ep, uint64_t tag)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send      = serve_sent,
+        .user_data    = NULL,
+    };
+    ucs_status_ptr_t request = ucp_tag_send_nbx(reply_ep, NULL, 0, tag, &param);
+
+    if (UCS_PTR_IS_ERR(request))
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "refusing a read: %s; its reader "
+                  "will wait", ucs_status_string(UCS_PTR_STATUS(request)));
+}
+
 /* Called by UCX inside ucp_worker_progress, with the layer's lock held. */
 static ucs_status_t serve_request_arrived(void *arg, const void *header,
                                          size_t header_length, void *data,
@@ -73,8 +92,11 @@ static ucs_status_t serve_request_arrived(void *arg, const void *header,
         !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
         return UCS_OK;            /* not a request of ours: dropped */
     if (!serve_queue_reserve()) {
+        const serve_request_t *q = header;
+
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory queueing a read "
-                  "request: its reader will wait");
+                  "request: refused");
+        serve_refuse(param->reply_ep, q->tag);
         return UCS_OK;
     }
     e = &((serve_queued_t *)zcopy_ucx.serve_queue)[zcopy_ucx.serve_queued++];
@@ -99,19 +121,22 @@ zcopy_status_t zcopy_ucx_serve_init_locked(void)
                         : zcopy_ucx_error(us, "ucx: read request handler");
 }
 
+/* @user_data: the registration sent from, NULL for a refusal. */
 static void serve_sent(void *request, ucs_status_t status, void *user_data)
 {
-    (void)user_data;
+    zcopy_ucx_mem_t *m = user_data;
+
     if (status != UCS_OK)
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read failed: %s",
                   ucs_status_string(status));
-    zcopy_ucx.serving--;
+    if (m != NULL)
+        m->serving--;
     ucp_request_free(request);
 }
 
-static const zcopy_ucx_mem_t *serve_registration(uint64_t va, uint64_t len)
+static zcopy_ucx_mem_t *serve_registration(uint64_t va, uint64_t len)
 {
-    for (const zcopy_ucx_mem_t *m = zcopy_ucx.mems; m != NULL; m = m->next)
+    for (zcopy_ucx_mem_t *m = zcopy_ucx.mems; m != NULL; m = m->next)
         if (zcopy_range_inside(va, len, m->va, m->size))
             return m;
     return NULL;
@@ -120,29 +145,33 @@ static const zcopy_ucx_mem_t *serve_registration(uint64_t va, uint64_t len)
 static void serve_one_locked(const serve_queued_t *e)
 {
     const serve_request_t *q = &e->q;
-    const zcopy_ucx_mem_t *m = serve_registration(q->va, q->len);
+    zcopy_ucx_mem_t *m = serve_registration(q->va, q->len);
     ucp_request_param_t param = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_MEMH,
         .cb.send      = serve_sent,
+        .user_data    = m,
     };
     ucs_status_ptr_t request;
 
-    if (m == NULL)
+    if (m == NULL) {
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for [%#llx, +%llu), "
                   "which no registration holds: refused",
                   (unsigned long long)q->va, (unsigned long long)q->len);
-    else {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = m->memh;
+        serve_refuse(e->reply_ep, q->tag);
+        return;
     }
-    request = ucp_tag_send_nbx(e->reply_ep,
-                               m ? (void *)(uintptr_t)q->va : NULL,
-                               m ? q->len : 0, q->tag, &param);
-    if (UCS_PTR_IS_ERR(request))
-        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read: %s",
+    param.memh = m->memh;
+    request = ucp_tag_send_nbx(e->reply_ep, (void *)(uintptr_t)q->va, q->len,
+                               q->tag, &param);
+    if (UCS_PTR_IS_ERR(request)) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read: %s: refused",
                   ucs_status_string(UCS_PTR_STATUS(request)));
-    else if (request != NULL)
-        zcopy_ucx.serving++;
+        serve_refuse(e->reply_ep, q->tag);
+    } else if (request != NULL) {
+        m->serving++;
+    }
 }
 
 void zcopy_ucx_serve_locked(void)
@@ -194,6 +223,7 @@ static void read_arrived(void *request, ucs_status_t status,
  * completes, so it lives here until then. */
 typedef struct {
     zcopy_ucx_comp_t *comp;
+    void *recv;                   /* its reply's receive, NULL if done */
     serve_request_t q;
 } serve_send_t;
 
@@ -204,6 +234,9 @@ static void request_sent(void *request, ucs_status_t status, void *user_data)
 
     if (status != UCS_OK && comp->failure == 0)
         comp->failure = status;
+    /* A request that never left: nobody answers its receive. */
+    if (status != UCS_OK && sd->recv != NULL)
+        ucp_request_cancel(zcopy_ucx.worker, sd->recv);
     comp->pending--;
     free(sd);
     ucp_request_free(request);
@@ -253,7 +286,9 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
     sparam.user_data = sd;
 
     pthread_mutex_lock(&zcopy_ucx.lock);
-    st = zcopy_ucx_ep_handle_locked(ep, &handle);
+    st = zcopy_ucx.state == UCX_STATE_LIVE
+             ? zcopy_ucx_ep_handle_locked(ep, &handle)
+             : zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: read: no worker");
     if (st != ZCOPY_SUCCESS)
         goto out;
     sd->q.tag = SERVE_TAG_BIT | ++zcopy_ucx.read_tags;
@@ -269,6 +304,7 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
         r = NULL;                 /* the receive owns it now */
         comp->pending++;
     }
+    sd->recv = recv;
     request = ucp_am_send_nbx(handle, ZCOPY_UCX_AM_READ, &sd->q,
                               sizeof(sd->q), NULL, 0, &sparam);
     if (UCS_PTR_IS_ERR(request)) {

@@ -129,6 +129,10 @@ zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
                                 const void *address, size_t address_len,
                                 zcopy_ucx_ep_t **ep_p);
 
+/* Whether a get to this peer is done by the network hardware (rc, dc),
+ * not emulated by the peer's worker (tcp, shared memory in UCX 1.13). */
+bool zcopy_ucx_ep_rma_native(const zcopy_ucx_ep_t *ep);
+
 /* Drops a reference. The last one flushes the endpoint, destroys its remote
  * keys and closes it in flush mode, progressing until done: the peer must
  * progress meanwhile if transfers were issued since the last flush. */
@@ -223,6 +227,8 @@ zcopy_status_t zcopy_ucx_wait(zcopy_ucx_comp_t *comp);
  * with one tag are received in the order sent; one that arrives before
  * its receive is posted waits inside UCX. Both count into @comp. */
 #define ZCOPY_UCX_TAG_MASK_ALL UINT64_MAX
+/* Tags with this bit are the layer's own (served reads): refused here. */
+#define ZCOPY_UCX_TAG_RESERVED (UINT64_C(1) << 63)
 zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
                                   size_t len, uint64_t tag,
                                   zcopy_ucx_comp_t *comp);

@@ -32,6 +32,7 @@ struct zcopy_ucx_ep {
      * flush covers: equal means no request can still use a remote key. */
     uint64_t issued;
     uint64_t flushed;
+    bool rma_native;              /* its get needs no help from the peer */
 };
 
 struct zcopy_ucx_mem {
@@ -41,6 +42,7 @@ struct zcopy_ucx_mem {
     ucp_mem_h memh;
     void *packed_rkey;            /* from ucp_rkey_pack */
     size_t packed_rkey_len;
+    size_t serving;               /* served reads still sending from it */
     struct zcopy_ucx_mem *next;
 };
 
@@ -68,7 +70,6 @@ typedef struct {
     /* Reads served by tagged sends (serve.c). */
     void *serve_queue;            /* requests arrived, not yet served */
     size_t serve_cap, serve_queued;
-    size_t serving;               /* replies in flight */
     uint64_t read_tags;           /* this process's reads, for their tags */
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
 } zcopy_ucx_state_t;

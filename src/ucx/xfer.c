@@ -189,6 +189,9 @@ zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
 
     if (ep == NULL || comp == NULL || (buf == NULL && len))
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: NULL argument");
+    if (tag & ZCOPY_UCX_TAG_RESERVED)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: tag %#llx is the "
+                           "layer's own", (unsigned long long)tag);
     pthread_mutex_lock(&zcopy_ucx.lock);
     st = zcopy_ucx_ep_handle_locked(ep, &handle);
     if (st == ZCOPY_SUCCESS)
@@ -212,6 +215,9 @@ zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
 
     if (comp == NULL || (buf == NULL && len))
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: receive: NULL argument");
+    if (tag & ZCOPY_UCX_TAG_RESERVED)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: receive: tag %#llx is the "
+                           "layer's own", (unsigned long long)tag);
     pthread_mutex_lock(&zcopy_ucx.lock);
     if (zcopy_ucx.state != UCX_STATE_LIVE) {
         pthread_mutex_unlock(&zcopy_ucx.lock);

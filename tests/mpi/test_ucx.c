@@ -448,7 +448,7 @@ static void transfer_read(void)
 {
     zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
     int right = (rank + 1) % nranks;
-    char *got = malloc(BIG);
+    char *got = malloc(BIG), head[64];
     double t_read;
 
     zt_require(got != NULL, "malloc");
@@ -457,7 +457,7 @@ static void transfer_read(void)
     t_read = now();
     ZT_CHECK(zcopy_ucx_read(peers[right].ep, got, peers[right].desc.va,
                             peers[right].rk, BIG, &comp) == ZCOPY_SUCCESS &&
-                 zcopy_ucx_read(peers[right].ep, got, peers[right].desc.va,
+                 zcopy_ucx_read(peers[right].ep, head, peers[right].desc.va,
                                 peers[right].rk, 64, &comp) == ZCOPY_SUCCESS,
              "16 MiB read: %s", zcopy_mem_last_error());
     ZT_CHECK(zcopy_ucx_wait(&comp) == ZCOPY_SUCCESS, "16 MiB read: %s",
@@ -466,7 +466,8 @@ static void transfer_read(void)
     progressing_barrier();
     ZT_CHECK(comp.bytes == BIG + 64, "reads counted %llu bytes",
              (unsigned long long)comp.bytes);
-    ZT_CHECK(holds(got, BIG, right, peers[right].desc.generation, 0, 0),
+    ZT_CHECK(holds(got, BIG, right, peers[right].desc.generation, 0, 0) &&
+                 memcmp(head, got, sizeof(head)) == 0,
              "16 MiB read from rank %d", right);
     if (rank == 0)
         printf("16 MiB: read (sent by the target) %.1f ms\n", t_read * 1e3);
