@@ -174,6 +174,19 @@ static void recv_done(void *request, ucs_status_t status,
     request_done(request, status, user_data);
 }
 
+/* The checks a tagged message's arguments pass, for @what. */
+static zcopy_status_t tag_args_check(const char *what, const void *buf,
+                                     size_t len, uint64_t tag,
+                                     const zcopy_ucx_comp_t *comp)
+{
+    if (comp == NULL || (buf == NULL && len))
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: %s: NULL argument", what);
+    if (tag & ZCOPY_UCX_TAG_RESERVED)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: %s: tag %#llx is the layer's "
+                           "own", what, (unsigned long long)tag);
+    return ZCOPY_SUCCESS;
+}
+
 zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
                                   size_t len, uint64_t tag,
                                   zcopy_ucx_comp_t *comp)
@@ -187,11 +200,9 @@ zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
     zcopy_status_t st;
     ucp_ep_h handle;
 
-    if (ep == NULL || comp == NULL || (buf == NULL && len))
-        return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: NULL argument");
-    if (tag & ZCOPY_UCX_TAG_RESERVED)
-        return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: tag %#llx is the "
-                           "layer's own", (unsigned long long)tag);
+    if (ep == NULL)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: NULL endpoint");
+    ZCOPY_CHECK(tag_args_check("send", buf, len, tag, comp));
     pthread_mutex_lock(&zcopy_ucx.lock);
     st = zcopy_ucx_ep_handle_locked(ep, &handle);
     if (st == ZCOPY_SUCCESS)
@@ -213,11 +224,7 @@ zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
     ucs_status_ptr_t request;
     zcopy_status_t st = ZCOPY_SUCCESS;
 
-    if (comp == NULL || (buf == NULL && len))
-        return zcopy_error(ZCOPY_ERR_ARG, "ucx: receive: NULL argument");
-    if (tag & ZCOPY_UCX_TAG_RESERVED)
-        return zcopy_error(ZCOPY_ERR_ARG, "ucx: receive: tag %#llx is the "
-                           "layer's own", (unsigned long long)tag);
+    ZCOPY_CHECK(tag_args_check("receive", buf, len, tag, comp));
     pthread_mutex_lock(&zcopy_ucx.lock);
     if (zcopy_ucx.state != UCX_STATE_LIVE) {
         pthread_mutex_unlock(&zcopy_ucx.lock);
