@@ -95,8 +95,8 @@ typedef struct zcopy_span {
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
     size_t *block_lo;             /* reduce_scatter: where each rank's block
                                      starts, in elements (once per call) */
-    int32_t *flags;               /* by rank: puts to flush, then the syncs'
-                                     failure flags */
+    int32_t *flags;               /* by rank: puts to flush before the next
+                                     sync */
     uint8_t *landing;             /* remote operands of reductions, sized
                                      before each call (zcopy_span_needs) */
     size_t landing_size;
@@ -141,7 +141,6 @@ void zcopy_span_plane_shared(zcopy_span_t *sp);
  * among its live planes; ZCOPY_SPAN_PLANE_NO_ID when all are taken. */
 #define ZCOPY_SPAN_PLANE_NO_ID UINT32_MAX
 uint32_t zcopy_span_plane_new_id(void);
-void zcopy_span_plane_free_id(uint32_t id);
 
 /* This call's arrival: @mine reaches every rank, and every rank's is
  * zcopy_span_desc() until the next arrival; so do the payloads @pl says

@@ -85,7 +85,7 @@ uint32_t zcopy_span_plane_new_id(void)
     return ZCOPY_SPAN_PLANE_NO_ID;
 }
 
-void zcopy_span_plane_free_id(uint32_t id)
+static void plane_id_free(uint32_t id)
 {
     if (id < PLANE_IDS)
         atomic_fetch_and_explicit(&plane_ids_live[id / 64],
@@ -236,7 +236,7 @@ void zcopy_span_plane_shared(zcopy_span_t *sp)
 void zcopy_span_plane_destroy(zcopy_span_t *sp)
 {
     zcopy_span_plane_shared(sp);
-    zcopy_span_plane_free_id(sp->plane_id);
+    plane_id_free(sp->plane_id);
     sp->plane_id = ZCOPY_SPAN_PLANE_NO_ID;
     if (sp->plane != NULL)
         munmap(sp->plane, sp->plane_size);

@@ -9,10 +9,9 @@
  * active-message fragments (measured 3.4x faster at 16 MiB over tcp).
  *
  * The target serves from its progress calls: the active message's
- * callback only queues the request (it runs inside ucp_worker_progress,
- * where a send would still be allowed but the registrations are looked up
- * under the layer's rules), and every progress of the worker in this
- * layer ends by sending what is queued, on the endpoint UCX hands the
+ * callback only queues the request (or, when it cannot, refuses it at
+ * once), and every progress of the worker in this layer ends by sending
+ * what is queued, in order, on the endpoint UCX hands the
  * callback for replies (the queue is drained before the lock is dropped,
  * so no endpoint can close in between). A range outside every registration
  * is refused: answered with an empty message, which fails the reader's
