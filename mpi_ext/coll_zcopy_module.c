@@ -105,6 +105,18 @@ static int zcopy_route(mca_coll_zcopy_module_t *m, const zcopy_coll_args_t *a)
 
 #define ZCOPY_MODULE(_module) ((mca_coll_zcopy_module_t *)(_module))
 
+/* A process with nothing activated declines a call with data in it before
+ * the call is even described: this is all that a job which never activates
+ * memory pays per collective. */
+static inline bool zcopy_declines_idle(const mca_coll_zcopy_module_t *m,
+                                       zcopy_coll_type_t type, int scount,
+                                       int rcount, int root)
+{
+    return !zcopy_internal_active() &&
+           zcopy_coll_decline_idle(m->zcomm, type, (size_t)scount,
+                                   (size_t)rcount, root);
+}
+
 static int coll_zcopy_allreduce(const void *sbuf, void *rbuf, int count,
                            struct ompi_datatype_t *dtype, struct ompi_op_t *op,
                            ompi_communicator_t *comm,
@@ -112,9 +124,10 @@ static int coll_zcopy_allreduce(const void *sbuf, void *rbuf, int count,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLREDUCE, .sbuf = sbuf, .scount = count,
-                .stype = dtype, .rbuf = rbuf, .rcount = count, .rtype = dtype,
-                .op = op);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLREDUCE, count, count, -1))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLREDUCE, .sbuf = sbuf,
+                    .scount = count, .stype = dtype, .rbuf = rbuf,
+                    .rcount = count, .rtype = dtype, .op = op);
     ZCOPY_CALL_PREV(m, allreduce, sbuf, rbuf, count, dtype, op, comm);
 }
 
@@ -125,9 +138,10 @@ static int coll_zcopy_reduce(const void *sbuf, void *rbuf, int count,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE, .sbuf = sbuf, .scount = count,
-                .stype = dtype, .rbuf = rbuf, .rcount = count, .rtype = dtype,
-                .op = op, .root = root);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_REDUCE, count, count, root))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE, .sbuf = sbuf, .scount = count,
+                    .stype = dtype, .rbuf = rbuf, .rcount = count,
+                    .rtype = dtype, .op = op, .root = root);
     ZCOPY_CALL_PREV(m, reduce, sbuf, rbuf, count, dtype, op, root, comm);
 }
 
@@ -152,9 +166,11 @@ static int coll_zcopy_reduce_scatter_block(const void *sbuf, void *rbuf,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE_SCATTER_BLOCK, .sbuf = sbuf,
-                .scount = rcount, .stype = dtype, .rbuf = rbuf,
-                .rcount = rcount, .rtype = dtype, .op = op);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_REDUCE_SCATTER_BLOCK, rcount, rcount,
+                             -1))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE_SCATTER_BLOCK, .sbuf = sbuf,
+                    .scount = rcount, .stype = dtype, .rbuf = rbuf,
+                    .rcount = rcount, .rtype = dtype, .op = op);
     ZCOPY_CALL_PREV(m, reduce_scatter_block, sbuf, rbuf, rcount, dtype, op, comm);
 }
 
@@ -165,8 +181,10 @@ static int coll_zcopy_allgather(const void *sbuf, int scount,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLGATHER, .sbuf = sbuf, .scount = scount,
-                .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLGATHER, scount, rcount, -1))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLGATHER, .sbuf = sbuf,
+                    .scount = scount, .stype = stype, .rbuf = rbuf,
+                    .rcount = rcount, .rtype = rtype);
     ZCOPY_CALL_PREV(m, allgather, sbuf, scount, stype, rbuf, rcount, rtype, comm);
 }
 
@@ -191,9 +209,10 @@ static int coll_zcopy_bcast(void *buf, int count, struct ompi_datatype_t *dtype,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_BCAST, .sbuf = buf, .scount = count,
-                .stype = dtype, .rbuf = buf, .rcount = count, .rtype = dtype,
-                .root = root);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_BCAST, count, count, root))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_BCAST, .sbuf = buf, .scount = count,
+                    .stype = dtype, .rbuf = buf, .rcount = count,
+                    .rtype = dtype, .root = root);
     ZCOPY_CALL_PREV(m, bcast, buf, count, dtype, root, comm);
 }
 
@@ -204,9 +223,10 @@ static int coll_zcopy_gather(const void *sbuf, int scount, struct ompi_datatype_
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_GATHER, .sbuf = sbuf, .scount = scount,
-                .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype,
-                .root = root);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_GATHER, scount, rcount, root))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_GATHER, .sbuf = sbuf,
+                    .scount = scount, .stype = stype, .rbuf = rbuf,
+                    .rcount = rcount, .rtype = rtype, .root = root);
     ZCOPY_CALL_PREV(m, gather, sbuf, scount, stype, rbuf, rcount, rtype, root,
                           comm);
 }
@@ -233,9 +253,10 @@ static int coll_zcopy_scatter(const void *sbuf, int scount, struct ompi_datatype
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_SCATTER, .sbuf = sbuf, .scount = scount,
-                .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype,
-                .root = root);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_SCATTER, scount, rcount, root))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_SCATTER, .sbuf = sbuf,
+                    .scount = scount, .stype = stype, .rbuf = rbuf,
+                    .rcount = rcount, .rtype = rtype, .root = root);
     ZCOPY_CALL_PREV(m, scatter, sbuf, scount, stype, rbuf, rcount, rtype, root,
                            comm);
 }
@@ -262,8 +283,10 @@ static int coll_zcopy_alltoall(const void *sbuf, int scount, struct ompi_datatyp
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLTOALL, .sbuf = sbuf, .scount = scount,
-                .stype = stype, .rbuf = rbuf, .rcount = rcount, .rtype = rtype);
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLTOALL, scount, rcount, -1))
+        ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLTOALL, .sbuf = sbuf,
+                    .scount = scount, .stype = stype, .rbuf = rbuf,
+                    .rcount = rcount, .rtype = rtype);
     ZCOPY_CALL_PREV(m, alltoall, sbuf, scount, stype, rbuf, rcount, rtype, comm);
 }
 

@@ -239,6 +239,24 @@ ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)
     zcopy_ucx_disconnect();
 }
 
+ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
+                                                 zcopy_coll_type_t type,
+                                                 size_t scount, size_t rcount,
+                                                 int root)
+{
+    if (zc->state != ZCOPY_COMM_READY || zc->span != NULL ||
+        zcopy_registry_any_activated() ||
+        !zcopy_coll_surely_has_data(zc, type, scount, rcount, root))
+        return false;
+    /* What zcopy_coll_run would have done before its own decline. */
+    zcopy_ipc_sweep();
+    zc->calls++;
+    zcopy_ctl_decline(zc->ctl, REASON_NOTHING_ACTIVATED);
+    zcopy_coll_fallback(zc, type,
+                        zcopy_coll_reason_text[REASON_NOTHING_ACTIVATED]);
+    return true;
+}
+
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a)
 {

@@ -48,6 +48,15 @@ typedef struct {
 
 zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
 
+/* The call of a process with nothing activated that has data in it (so it
+ * could only decline), on a communicator inside one server: declined at
+ * once, before the call is even described, as SPEC section 4 lets a job
+ * that never activates memory pay for two stores only. True when declined
+ * and counted: the caller runs the previous component. Spanning
+ * communicators decline in their arrival round instead. */
+bool zcopy_coll_decline_idle(zcopy_comm_t *zc, zcopy_coll_type_t type,
+                             size_t scount, size_t rcount, int root);
+
 /* For Open MPI's progress loop, hooked in once libzcopy wants it (host
  * want_progress): one poll of the UCX worker, since a rank blocked in any
  * MPI call must still serve its peers' emulated gets and puts (SPEC section

@@ -35,6 +35,12 @@ typedef struct {
     unsigned nvectors;            /* written into the control slot */
 } coll_plan_t;
 
+/* Whether this rank surely has a non-empty buffer in the call (plan.c):
+ * then, with nothing activated in the process, it can only decline. */
+bool zcopy_coll_surely_has_data(const zcopy_comm_t *zc,
+                                zcopy_coll_type_t type, size_t scount,
+                                size_t rcount, int root);
+
 /* Fills @p with this rank's arguments and eligibility (plan.c). */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                      zcopy_algo_t *al, coll_plan_t *p);

@@ -243,24 +243,25 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
  * activated, or the datatype has no bytes). False for the v-collectives,
  * whose counts only planning reads, and for a call without data here,
  * which is eligible wherever its buffers are. */
-static bool plan_surely_has_data(const zcopy_comm_t *zc,
-                                 const zcopy_coll_args_t *a)
+bool zcopy_coll_surely_has_data(const zcopy_comm_t *zc,
+                                zcopy_coll_type_t type, size_t scount,
+                                size_t rcount, int root)
 {
-    const bool root = a->root == zc->rank;
+    const bool is_root = root == zc->rank;
 
-    switch (a->type) {
+    switch (type) {
     case ZCOPY_COLL_ALLREDUCE:
     case ZCOPY_COLL_REDUCE:
     case ZCOPY_COLL_BCAST:
-        return a->scount > 0;
+        return scount > 0;
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
     case ZCOPY_COLL_ALLGATHER:
     case ZCOPY_COLL_ALLTOALL:
-        return a->rcount > 0;
+        return rcount > 0;
     case ZCOPY_COLL_GATHER:
-        return root ? a->rcount > 0 : a->scount > 0;
+        return is_root ? rcount > 0 : scount > 0;
     case ZCOPY_COLL_SCATTER:
-        return root ? a->scount > 0 : a->rcount > 0;
+        return is_root ? scount > 0 : rcount > 0;
     default:
         return false;
     }
@@ -292,7 +293,9 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     /* Before any question about datatypes or ops, so that a job which
      * never activates memory pays for its decline only (two stores, SPEC
      * section 4). */
-    if (!zcopy_registry_any_activated() && plan_surely_has_data(zc, a)) {
+    if (!zcopy_registry_any_activated() &&
+        zcopy_coll_surely_has_data(zc, a->type, a->scount, a->rcount,
+                                   a->root)) {
         p->args.reason = REASON_NOTHING_ACTIVATED;
         return;
     }
