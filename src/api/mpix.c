@@ -6,6 +6,7 @@
 #include "api/activation.h"
 #include "api/errors.h"
 #include "comm/comm.h"
+#include "ipc/ipc.h"
 #include "registry/registry.h"
 
 #include <mpix_zcopy.h>
@@ -53,6 +54,9 @@ ZCOPY_EXPORT int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base,
         return zcopy_mpi_raise(comm, MPI_ERR_COMM, call,
                                "an intercommunicator: set ranges on an "
                                "intracommunicator");
+    /* A collective like the others: the mirrors of blocks that peers
+     * deactivated go first (SPEC section 3), before this rank maps more. */
+    zcopy_ipc_sweep();
     if (alignment != 0 || flags != 0)
         st = zcopy_error(ZCOPY_ERR_ARG,
                          "alignment (%zu) and flags (0x%llx) must be 0",

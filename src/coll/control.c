@@ -325,19 +325,6 @@ static inline void ctl_count(zcopy_ctl_t *ctl, size_t bytes)
     ctl->sent_bytes += bytes;
 }
 
-void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
-{
-    zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
-    const uint64_t seq = ++ctl->seq;
-
-    ctl_count(ctl, 2 * sizeof(uint64_t));
-
-    /* Release: a peer that sees the arrival also sees the reason. */
-    atomic_store_explicit(&own->reasons[seq % ZCOPY_CTL_REASONS],
-                          seq << 8 | (reason & 0xffu), memory_order_release);
-    atomic_store_explicit(&own->arrive, seq, memory_order_release);
-}
-
 uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args,
                            unsigned nvectors)
 {

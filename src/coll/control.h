@@ -164,8 +164,20 @@ static inline uint64_t zcopy_ctl_next(const zcopy_ctl_t *ctl)
 void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq);
 
 /* Enters the next collective without being eligible: records @reason and
- * the arrival, and returns at once. */
-void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason);
+ * the arrival, and returns at once. Inline: it is all that a process with
+ * nothing activated does per collective. */
+static inline void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
+{
+    zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
+    const uint64_t seq = ++ctl->seq;
+
+    ctl->sent_msgs++;
+    ctl->sent_bytes += 2 * sizeof(uint64_t);
+    /* Release: a peer that sees the arrival also sees the reason. */
+    atomic_store_explicit(&own->reasons[seq % ZCOPY_CTL_REASONS],
+                          seq << 8 | (reason & 0xffu), memory_order_release);
+    atomic_store_explicit(&own->arrive, seq, memory_order_release);
+}
 
 /* Enters the next collective as eligible, with this rank's arguments
  * (and @nvectors vectors that planning wrote, for the counters); returns

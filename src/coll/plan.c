@@ -238,35 +238,6 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     p->args.sbuf = (uintptr_t)a->sbuf;
 }
 
-/* Whether this rank surely has a non-empty buffer in the call: then, with
- * nothing activated, planning could only decline it (the buffer is not
- * activated, or the datatype has no bytes). False for the v-collectives,
- * whose counts only planning reads, and for a call without data here,
- * which is eligible wherever its buffers are. */
-bool zcopy_coll_surely_has_data(const zcopy_comm_t *zc,
-                                zcopy_coll_type_t type, size_t scount,
-                                size_t rcount, int root)
-{
-    const bool is_root = root == zc->rank;
-
-    switch (type) {
-    case ZCOPY_COLL_ALLREDUCE:
-    case ZCOPY_COLL_REDUCE:
-    case ZCOPY_COLL_BCAST:
-        return scount > 0;
-    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-    case ZCOPY_COLL_ALLGATHER:
-    case ZCOPY_COLL_ALLTOALL:
-        return rcount > 0;
-    case ZCOPY_COLL_GATHER:
-        return is_root ? rcount > 0 : scount > 0;
-    case ZCOPY_COLL_SCATTER:
-        return is_root ? scount > 0 : rcount > 0;
-    default:
-        return false;
-    }
-}
-
 /* Fills @p with this rank's arguments and eligibility. */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                      zcopy_algo_t *al, coll_plan_t *p)

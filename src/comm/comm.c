@@ -19,25 +19,12 @@ static struct {
 } comms = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Per thread because an internal MPI call belongs to the thread making it.
- * Initial-exec: one load from the thread pointer, where the default model
- * calls __tls_get_addr on every collective (libzcopy is loaded with the
- * program or with the MPI component, early enough for static TLS). */
-static _Thread_local int internal_depth __attribute__((tls_model("initial-exec")));
-
-ZCOPY_COMPONENT_API void zcopy_internal_enter(void)
-{
-    internal_depth++;
-}
-
-ZCOPY_COMPONENT_API void zcopy_internal_leave(void)
-{
-    internal_depth--;
-}
-
-ZCOPY_COMPONENT_API bool zcopy_internal_active(void)
-{
-    return internal_depth > 0;
-}
+ * Initial-exec, and read by the component inline (comm.h): one load from
+ * the thread pointer on every collective, where the default model calls
+ * __tls_get_addr (libzcopy is loaded with the program or with the MPI
+ * component, early enough for static TLS). */
+ZCOPY_COMPONENT_API _Thread_local int zcopy_internal_depth
+    __attribute__((tls_model("initial-exec")));
 
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,
                                  const zcopy_comm_ops_t *ops,

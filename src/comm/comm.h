@@ -95,8 +95,14 @@ ZCOPY_COMPONENT_API void zcopy_comm_get_stats(const zcopy_comm_t *zc,
 /* libzcopy's own MPI calls (e.g. the agreement inside
  * MPIX_Comm_set_memory_range) run inside enter/leave: the component passes
  * them straight to the previous component and counts nothing. */
-void zcopy_internal_enter(void);
-void zcopy_internal_leave(void);
-bool zcopy_internal_active(void);
+extern _Thread_local int zcopy_internal_depth
+    __attribute__((tls_model("initial-exec")));
+
+static inline void zcopy_internal_enter(void) { zcopy_internal_depth++; }
+static inline void zcopy_internal_leave(void) { zcopy_internal_depth--; }
+static inline bool zcopy_internal_active(void)
+{
+    return zcopy_internal_depth > 0;
+}
 
 #endif

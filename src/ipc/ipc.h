@@ -26,6 +26,7 @@
 
 #include "base/base.h"
 
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #define ZCOPY_IPC_MAX_BLOCKS 1024
@@ -65,9 +66,23 @@ zcopy_status_t zcopy_ipc_peer_map(zcopy_ipc_peer_t *peer, uintptr_t addr,
  * zcopy_ipc_peer_map gave for this peer is still valid. */
 uint64_t zcopy_ipc_peer_version(const zcopy_ipc_peer_t *peer);
 
+/* Imports of all peers together (peer.c): while there are none, a peer's
+ * change has nothing to release here, and a sweep reads no peer's table
+ * (one line and one page per peer, at every collective of a job that
+ * never maps a peer). */
+extern _Atomic size_t zcopy_ipc_imports_live;
+
+void zcopy_ipc_sweep_imports(void);
+
 /* Unmaps every import whose block its owner has deactivated. Cheap when
- * nothing changed: one load per known peer. */
-void zcopy_ipc_sweep(void);
+ * nothing changed: one load per known peer, and inline one load in all
+ * while nothing is imported. */
+static inline void zcopy_ipc_sweep(void)
+{
+    if (atomic_load_explicit(&zcopy_ipc_imports_live,
+                             memory_order_relaxed) != 0)
+        zcopy_ipc_sweep_imports();
+}
 /* The same from a progress callback: skips (false) when another caller
  * holds the peers, so it never waits and never re-enters. */
 bool zcopy_ipc_sweep_try(void);

@@ -80,11 +80,8 @@ static struct {
 } watches[ZCOPY_IPC_MAX_WATCHES];
 static _Atomic int nwatches;
 static _Atomic bool watches_overflowed; /* then every sweep takes the lock */
-/* Imports of all peers together: while there are none, a peer's change
- * has nothing to release here, and the sweep reads no peer's table (one
- * line and one page per peer, at every collective of a job that never
- * maps a peer). Changed under peers.lock. */
-static _Atomic size_t imports_live;
+/* Imports of all peers together (ipc.h). Changed under peers.lock. */
+_Atomic size_t zcopy_ipc_imports_live;
 
 static int sys_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
@@ -251,7 +248,7 @@ static void import_drop(zcopy_ipc_peer_t *peer, size_t index)
     m->nimports--;
     memmove(imp, imp + 1, (peer->nimports - index - 1) * sizeof(*imp));
     peer->nimports--;
-    atomic_fetch_sub_explicit(&imports_live, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&zcopy_ipc_imports_live, 1, memory_order_relaxed);
     zcopy_log(ZCOPY_LOG_TRACE, "ipc", "dropped import of [%p, +%llu) of %d",
               (void *)(uintptr_t)imp->va, (unsigned long long)imp->size,
               (int)peer->pid);
@@ -319,7 +316,7 @@ static zcopy_status_t import_block(zcopy_ipc_peer_t *peer,
                                         .mirror = m };
     peer->nimports++;
     m->nimports++;
-    atomic_fetch_add_explicit(&imports_live, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&zcopy_ipc_imports_live, 1, memory_order_relaxed);
     zcopy_log(ZCOPY_LOG_TRACE, "ipc", "imported [%p, +%llu) gen %llu of %d",
               (void *)(uintptr_t)e->va, (unsigned long long)e->size,
               (unsigned long long)e->generation, (int)peer->pid);
@@ -567,7 +564,7 @@ static bool watches_changed(void)
 {
     int n;
 
-    if (atomic_load_explicit(&imports_live, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&zcopy_ipc_imports_live, memory_order_relaxed) == 0)
         return false;
     n = atomic_load_explicit(&nwatches, memory_order_acquire);
     if (atomic_load_explicit(&watches_overflowed, memory_order_relaxed))
@@ -582,7 +579,7 @@ static bool watches_changed(void)
     return false;
 }
 
-void zcopy_ipc_sweep(void)
+void zcopy_ipc_sweep_imports(void)
 {
     if (!watches_changed())
         return;
