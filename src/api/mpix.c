@@ -5,6 +5,7 @@
  */
 #include "api/activation.h"
 #include "api/errors.h"
+#include "coll/coll.h"
 #include "comm/comm.h"
 #include "ipc/ipc.h"
 #include "registry/registry.h"
@@ -43,6 +44,7 @@ ZCOPY_EXPORT int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base,
                                             uint64_t flags)
 {
     static const char call[] = "MPIX_Comm_set_memory_range";
+    zcopy_comm_t *zc;
     zcopy_status_t st;
     char detail[160];
     int first, rc, inter = 0;
@@ -65,6 +67,9 @@ ZCOPY_EXPORT int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base,
         st = zcopy_registry_set_range((uintptr_t)base, size, ZCOPY_OWNER_APP);
 
     rc = agree_first_failure(comm, st != ZCOPY_SUCCESS, &first);
+    zc = zcopy_comm_lookup(comm);
+    if (zc != NULL)
+        zcopy_coll_range_set(zc);
     if (rc != MPI_SUCCESS) {
         if (st == ZCOPY_SUCCESS) /* unknown outcome elsewhere: undo */
             zcopy_registry_unset_range((uintptr_t)base, ZCOPY_OWNER_APP);

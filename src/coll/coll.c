@@ -239,6 +239,11 @@ ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)
     zcopy_ucx_disconnect();
 }
 
+void zcopy_coll_range_set(zcopy_comm_t *zc)
+{
+    zcopy_span_wake(zc);
+}
+
 ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
                                                  zcopy_coll_type_t type,
                                                  size_t scount, size_t rcount,

@@ -57,6 +57,12 @@ zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
 bool zcopy_coll_decline_idle(zcopy_comm_t *zc, zcopy_coll_type_t type,
                              size_t scount, size_t rcount, int root);
 
+/* MPIX_Comm_set_memory_range ran on @zc's communicator, collectively: a
+ * spanning communicator that found every rank idle has its agreement
+ * round again at the next call, so that memory activated in the new range
+ * is used at once. */
+void zcopy_coll_range_set(zcopy_comm_t *zc);
+
 /* For Open MPI's progress loop, hooked in once libzcopy wants it (host
  * want_progress): one poll of the UCX worker, since a rank blocked in any
  * MPI call must still serve its peers' emulated gets and puts (SPEC section

@@ -552,6 +552,32 @@ static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
                             zc->ops.ctx);
 }
 
+/* After an arrival round: if every rank said it has nothing activated, the
+ * next calls fall back without a round, 1, 2, 4 ... up to
+ * ZCOPY_SPAN_IDLE_SKIP_MAX of them, so that a job which never activates
+ * memory pays a round once in that many calls (SPEC section 4). Every rank
+ * read the same arrivals, so every rank skips the same calls. */
+static void span_note_idle(zcopy_span_t *sp)
+{
+    for (int r = 0; r < sp->nranks; r++)
+        if (!(zcopy_span_desc(sp, r)->args.flags & ZCOPY_SPAN_ARGS_IDLE)) {
+            sp->idle_skip = 0;
+            return;
+        }
+    sp->idle_skip = sp->idle_skip == 0 ? 1 : 2 * sp->idle_skip;
+    if (sp->idle_skip > ZCOPY_SPAN_IDLE_SKIP_MAX)
+        sp->idle_skip = ZCOPY_SPAN_IDLE_SKIP_MAX;
+    sp->idle_until = sp->calls + sp->idle_skip;
+}
+
+void zcopy_span_wake(zcopy_comm_t *zc)
+{
+    if (zc->span != NULL) {
+        zc->span->idle_until = 0;
+        zc->span->idle_skip = 0;
+    }
+}
+
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_span_t *sp = zc->span;
@@ -567,6 +593,9 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     size_t inline_total, len = 0;
     coll_plan_t plan;
 
+    if (a->type != ZCOPY_COLL_BARRIER && sp->calls++ < sp->idle_until)
+        return zcopy_coll_fallback(zc, a->type, "no rank had memory "
+                                   "activated at the last agreement");
     zcopy_coll_plan(zc, a, &al, &plan);
     if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
         plan.args.reason == REASON_NONE) { /* counts checked: none negative */
@@ -585,6 +614,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (!zcopy_span_payload_fits(sp, &pl))
         inline_total = pl.len = 0;
     span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
+    if (plan.args.reason == REASON_NOTHING_ACTIVATED)
+        mine.args.flags |= ZCOPY_SPAN_ARGS_IDLE;
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
@@ -594,6 +625,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
+    span_note_idle(sp);
     for (int r = 0; r < sp->nranks; r++) {
         const uint32_t reason = zcopy_span_desc(sp, r)->args.reason;
         /* A code from another process: checked before it indexes. */

@@ -135,6 +135,69 @@ static void run_fallback(MPI_Comm comm)
     MPI_Allreduce(plain_in, plain_out, 2, MPI_INT32_T, MPI_SUM, comm);
 }
 
+/* A job that has activated nothing pays the spanning agreement round only
+ * now and then (SPEC section 4: no measurable cost): over IDLE_CALLS
+ * fallbacks, rounds at calls 0, 2, 5, 10, ... then every 64, so at most
+ * IDLE_ROUNDS_MAX rounds where there used to be one per call. Then, after
+ * MPIX_Comm_set_memory_range on the same communicator and an activation,
+ * the very next call is zero-copy. */
+#define IDLE_CALLS 200
+#define IDLE_ROUNDS_MAX 10
+
+static void check_idle(const layout_t *l, int rank)
+{
+    MPIX_Zcopy_stats s0, s1;
+    unsigned long long rounds;
+    int32_t in[2] = { rank, rank }, out[2];
+    size_t used = 0;
+    zt_arena_t arena;
+    int32_t *ain, *aout;
+    MPI_Comm idle;
+
+    MPI_Comm_dup(MPI_COMM_WORLD, &idle);
+    MPI_Allreduce(in, out, 2, MPI_INT32_T, MPI_SUM, idle); /* set-up */
+    s0 = zt_stats(idle);
+    for (int i = 0; i < IDLE_CALLS; i++) {
+        out[0] = out[1] = -1;
+        MPI_Allreduce(in, out, 2, MPI_INT32_T, MPI_SUM, idle);
+        ZT_CHECK(out[0] == l->nranks * (l->nranks - 1) / 2 &&
+                     out[1] == out[0],
+                 "idle allreduce %d: %d %d, expected %d", i, out[0], out[1],
+                 l->nranks * (l->nranks - 1) / 2);
+    }
+    s1 = zt_stats(idle);
+    /* A rank that leads no server sends one record per round. */
+    rounds = (s1.ctl_msgs - s0.ctl_msgs) /
+             (rank % l->per == 0 ? (unsigned long long)l->ngroups : 1);
+    ZT_CHECK(s1.fallback_calls - s0.fallback_calls == IDLE_CALLS &&
+                 s1.zcopy_calls == s0.zcopy_calls,
+             "idle: %llu fallbacks, %llu zero-copy in %d calls",
+             (unsigned long long)(s1.fallback_calls - s0.fallback_calls),
+             (unsigned long long)(s1.zcopy_calls - s0.zcopy_calls),
+             IDLE_CALLS);
+    ZT_CHECK(rounds >= 1 && rounds <= IDLE_ROUNDS_MAX,
+             "idle: %llu agreement rounds in %d calls (%llu control "
+             "messages), expected 1 to %d", rounds, IDLE_CALLS,
+             (unsigned long long)(s1.ctl_msgs - s0.ctl_msgs),
+             IDLE_ROUNDS_MAX);
+
+    zt_arena_init(&arena, idle, 1 << 16);
+    ain = zt_arena_alloc(&arena, &used, sizeof(in));
+    aout = zt_arena_alloc(&arena, &used, sizeof(out));
+    ain[0] = ain[1] = rank;
+    s0 = zt_stats(idle);
+    MPI_Allreduce(ain, aout, 2, MPI_INT32_T, MPI_SUM, idle);
+    s1 = zt_stats(idle);
+    ZT_CHECK(s1.zcopy_calls == s0.zcopy_calls + 1, "the call after "
+             "set_memory_range on an idle communicator was not zero-copy: "
+             "%s", s1.last_fallback_reason);
+    ZT_CHECK(aout[0] == l->nranks * (l->nranks - 1) / 2, "allreduce after "
+             "waking: %d, expected %d", aout[0],
+             l->nranks * (l->nranks - 1) / 2);
+    zt_arena_fini(&arena);
+    MPI_Comm_free(&idle);
+}
+
 int main(int argc, char **argv)
 {
     int rank, nranks;
@@ -148,13 +211,15 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_dup(MPI_COMM_WORLD, &peers);
+    l = layout_of(nranks);
+    /* First, while nothing is activated anywhere. */
+    check_idle(&l, rank);
     zt_arena_init(&arena, MPI_COMM_WORLD, 1 << 16);
     tiny_in = zt_arena_alloc(&arena, &used, 2 * sizeof(int32_t));
     tiny_out = zt_arena_alloc(&arena, &used, 2 * sizeof(int32_t));
     tiny_in[0] = tiny_in[1] = rank;
     plain_in[0] = plain_in[1] = rank;
     all = calloc((size_t)nranks, sizeof(*all));
-    l = layout_of(nranks);
     if (rank == 0)
         printf("test_span_plane: %d ranks, %d servers of up to %d\n", nranks,
                l.ngroups, l.per);
