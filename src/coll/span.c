@@ -614,7 +614,9 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (!zcopy_span_payload_fits(sp, &pl))
         inline_total = pl.len = 0;
     span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
-    if (plan.args.reason == REASON_NOTHING_ACTIVATED)
+    /* A fact of the process, whatever the call: a barrier between idle
+     * calls keeps the communicator idle. */
+    if (!zcopy_registry_any_activated())
         mine.args.flags |= ZCOPY_SPAN_ARGS_IDLE;
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
