@@ -46,6 +46,11 @@ typedef struct {
                                  another server counts once per rank it
                                  reaches */
     uint64_t ctl_bytes;       /* their bytes */
+    uint64_t inline_max;      /* not a counter: payload bytes per rank up
+                                 to which this communicator's collectives
+                                 travel inside the control plane (between
+                                 servers, within its payload area too);
+                                 0 before its first collective */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
 
 int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,

@@ -25,6 +25,7 @@ typedef struct {
     int virtual_servers;          /* coll_zcopy_virtual_servers */
     unsigned long small_msg;      /* coll_zcopy_small_msg */
     unsigned long inline_max;     /* coll_zcopy_inline_max */
+    unsigned long inline_max_yield; /* coll_zcopy_inline_max_yield */
     int ucx_fetch;                /* coll_zcopy_ucx_fetch */
     unsigned long span_inline_max; /* coll_zcopy_span_inline_max */
     int yield;                    /* coll_zcopy_yield */

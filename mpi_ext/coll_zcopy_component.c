@@ -43,6 +43,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .virtual_servers = 1,
     .small_msg = 16384,
     .inline_max = 1024,
+    .inline_max_yield = 8192,
     .span_inline_max = 65536,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
@@ -196,6 +197,13 @@ static int zcopy_register(void)
         "peer mappings: a copy in and out, and no departure step. 0 never "
         "does",
         OPAL_INFO_LVL_9, &c->inline_max);
+    zcopy_register_ulong("inline_max_yield",
+        "The same where ranks outnumber cores (waits yield the processor): "
+        "there every step of a collective costs a trip through the "
+        "scheduler, so payloads of up to this many bytes per rank (256 KiB "
+        "at most, never fewer than coll_zcopy_inline_max) are cheaper "
+        "copied through the control plane than read through mappings",
+        OPAL_INFO_LVL_9, &c->inline_max_yield);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (and 1 MiB for all ranks "
@@ -226,6 +234,7 @@ static int zcopy_register(void)
     zcopy_config.virtual_servers = c->virtual_servers > 0 ? c->virtual_servers : 1;
     zcopy_config.small_msg = c->small_msg;
     zcopy_config.inline_max = c->inline_max;
+    zcopy_config.inline_max_yield = c->inline_max_yield;
     zcopy_config.span_inline_max = c->span_inline_max;
     zcopy_config.streaming_min = c->streaming_min;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;

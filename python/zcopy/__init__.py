@@ -44,6 +44,7 @@ class _Stats(ctypes.Structure):
         ("inline_calls", ctypes.c_uint64),
         ("ctl_msgs", ctypes.c_uint64),
         ("ctl_bytes", ctypes.c_uint64),
+        ("inline_max", ctypes.c_uint64),
     ]
 
 

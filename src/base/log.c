@@ -10,6 +10,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .virtual_servers = 1,
     .small_msg = 16384,
     .inline_max = 1024,
+    .inline_max_yield = 8192,
     .span_inline_max = 65536,
     .wait_report_s = 60,
     .yield_mode = 0,

@@ -112,13 +112,17 @@ typedef struct {
     uint32_t pad;
     uint64_t small_msg;           /* coll_zcopy_small_msg */
     uint64_t inline_max;          /* coll_zcopy_inline_max */
+    uint64_t inline_max_yield;    /* coll_zcopy_inline_max_yield */
     uint64_t span_inline_max;     /* coll_zcopy_span_inline_max */
+    uint32_t yield_mode;          /* coll_zcopy_yield */
+    uint32_t pad2;
 } coll_settings_t;
 
 static const char *const setting_names[] = {
     NULL, "info key mpix_zcopy", "coll_zcopy_transport",
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
     "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
+    "coll_zcopy_inline_max_yield", "coll_zcopy_yield",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -135,7 +139,11 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 4;
     if (mine->inline_max != root->inline_max)
         return 5;
-    return mine->span_inline_max != root->span_inline_max ? 6 : 0;
+    if (mine->span_inline_max != root->span_inline_max)
+        return 6;
+    if (mine->inline_max_yield != root->inline_max_yield)
+        return 7;
+    return mine->yield_mode != root->yield_mode ? 8 : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -151,7 +159,12 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .small_msg = zcopy_config.small_msg,
         /* Values above a record's capacity act alike. */
         .inline_max = zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX),
+        .inline_max_yield = zcopy_config.inline_max_yield <
+                                    ZCOPY_CTL_INLINE_YIELD_MAX
+                                ? zcopy_config.inline_max_yield
+                                : ZCOPY_CTL_INLINE_YIELD_MAX,
         .span_inline_max = zcopy_config.span_inline_max,
+        .yield_mode = (uint32_t)zcopy_config.yield_mode,
     };
     coll_settings_t root = mine;
     int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;
@@ -297,8 +310,7 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return zcopy_coll_fallback(zc, a->type,
                                    zcopy_coll_reason_text[plan.args.reason]);
     }
-    inline_total = zcopy_coll_inline_bytes(
-        zc, a, zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX));
+    inline_total = zcopy_coll_inline_bytes(zc, a, zc->ctl->inline_limit);
     if (inline_total > 0)
         return zcopy_coll_run_inline(zc, a, &plan, inline_total);
     al.seq = zcopy_ctl_publish(zc->ctl, &plan.args, plan.nvectors);

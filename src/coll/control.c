@@ -24,10 +24,16 @@ typedef struct {
     int32_t status;
     uint64_t segment_ino;
     uint32_t access;              /* zcopy_ipc_access_local() */
-    uint32_t reserved;
+    uint32_t inline_cap;          /* rank 0: payload bytes of its records */
     zcopy_cpus_t cpus;            /* its affinity */
 } ctl_hello_t;
 static_assert(sizeof(ctl_hello_t) == 200, "exchanged between processes");
+
+/* What every rank tells the others at the end of set-up. */
+typedef struct {
+    int32_t status;               /* its own part of set-up */
+    int32_t yields;               /* its waits give the processor away */
+} ctl_vote_t;
 
 /* Spins between two looks at a peer's arrival while waiting for its record. */
 #define CTL_SPINS_PER_ARRIVAL 8
@@ -59,18 +65,42 @@ static int ctl_cpus_shared(const ctl_hello_t *all, int nranks)
 
 /* --- setup --------------------------------------------------------------- */
 
+/* Payload bytes per rank up to which small collectives take the inline
+ * path, where waits spin or where they yield: the parameters (agreed at
+ * set-up) within what a record may hold. */
+static size_t ctl_inline_limit(bool yields)
+{
+    const size_t spin = zcopy_config.inline_max < ZCOPY_CTL_INLINE_MAX
+                            ? zcopy_config.inline_max : ZCOPY_CTL_INLINE_MAX;
+    const size_t more = zcopy_config.inline_max_yield <
+                                ZCOPY_CTL_INLINE_YIELD_MAX
+                            ? zcopy_config.inline_max_yield
+                            : ZCOPY_CTL_INLINE_YIELD_MAX;
+
+    return yields && more > spin ? more : spin;
+}
+
+/* The slots' layout, once the records' capacity is known (rank 0's). */
+static void ctl_layout(zcopy_ctl_t *ctl, size_t inline_cap)
+{
+    const size_t vec_bytes =
+        2 * ZCOPY_CTL_NVEC * (size_t)ctl->nranks * sizeof(int64_t);
+
+    ctl->inline_stride = zcopy_align_up(sizeof(zcopy_ctl_inline_t) +
+                                            inline_cap, ZCOPY_CACHE_LINE);
+    ctl->stride = sizeof(zcopy_ctl_slot_t) + 2 * ctl->inline_stride +
+                  zcopy_align_up(vec_bytes, ZCOPY_CACHE_LINE);
+    ctl->segment_size = ctl->stride * (size_t)ctl->nranks;
+}
+
 static zcopy_status_t ctl_alloc(zcopy_ctl_t **ctl_p, int rank, int nranks)
 {
     zcopy_ctl_t *ctl = calloc(1, sizeof(*ctl));
-    size_t vec_bytes = 2 * ZCOPY_CTL_NVEC * (size_t)nranks * sizeof(int64_t);
 
     if (ctl == NULL)
         return zcopy_error(ZCOPY_ERR_NOMEM, "control: out of memory");
     ctl->rank = rank;
     ctl->nranks = nranks;
-    ctl->stride = sizeof(zcopy_ctl_slot_t) +
-                  zcopy_align_up(vec_bytes, ZCOPY_CACHE_LINE);
-    ctl->segment_size = ctl->stride * (size_t)nranks;
     ctl->peers = calloc((size_t)nranks, sizeof(*ctl->peers));
     ctl->cache = calloc((size_t)nranks, sizeof(*ctl->cache));
     ctl->cache_next = calloc((size_t)nranks, sizeof(*ctl->cache_next));
@@ -182,7 +212,9 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
 {
     ctl_hello_t mine = { .segment_fd = -1 }, *all;
     int32_t ok, oks[ZCOPY_CTL_MAX_RANKS]; /* on the stack: see below */
+    ctl_vote_t vote, votes[ZCOPY_CTL_MAX_RANKS];
     zcopy_ctl_t *ctl = NULL;
+    bool any_yields = false;
     zcopy_status_t st;
     int rc, other, failed;
 
@@ -211,9 +243,18 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     st = ctl_alloc(&ctl, zc->rank, zc->size);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
-    if (st == ZCOPY_SUCCESS && zc->rank == 0)
+    if (st == ZCOPY_SUCCESS && zc->rank == 0) {
+        /* Rank 0 sizes the records before it knows the others' CPUs: by
+         * what it sees alone (more local ranks than the CPUs it may use),
+         * which is the common case of ranks that outnumber cores. */
+        const zcopy_cpus_t *own = &mine.cpus;
+
+        mine.inline_cap = (uint32_t)ctl_inline_limit(
+            zcopy_wait_yields(&own, 1, 0));
+        ctl_layout(ctl, mine.inline_cap);
         st = zcopy_memfd_segment("zcopy-ctl", ctl->segment_size,
                                  &mine.segment_fd, &mine.segment_ino);
+    }
     if (mine.segment_fd >= 0) /* to the others, if over sockets */
         zcopy_ipc_fdpass_offer(mine.segment_fd, mine.segment_ino);
     mine.access = st == ZCOPY_SUCCESS
@@ -245,7 +286,13 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
      * attach alike (nobody waits on a peer that cannot serve), and the
      * agreement below names that rank. */
     failed = first_failed(all, zc->size);
-    if (failed < 0)
+    if (failed < 0 && all[0].inline_cap > ZCOPY_CTL_INLINE_YIELD_MAX)
+        st = zcopy_error(ZCOPY_ERR_INTERNAL, "rank 0's inline records hold "
+                         "%u bytes, more than any build makes",
+                         all[0].inline_cap);
+    else if (failed < 0)
+        ctl_layout(ctl, all[0].inline_cap);
+    if (st == ZCOPY_SUCCESS && failed < 0)
         st = access_apply(zc, all, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS && failed < 0) {
         ctl->yield = ctl_yields(all, zc->rank, zc->size);
@@ -266,24 +313,29 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         zcopy_log(ZCOPY_LOG_WARN, "ipc", "rank %d: %s", zc->rank,
                   zcopy_error_detail());
 
-    /* Agree: zero-copy only if every rank attached. */
-    ok = st;
-    rc = zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx);
+    /* Agree: zero-copy only if every rank attached; and whether any
+     * rank's waits yield, which decides the inline limit for all. */
+    vote = (ctl_vote_t){ .status = st, .yields = ctl && ctl->yield };
+    rc = zc->ops.allgather(&vote, votes, sizeof(vote), zc->ops.ctx);
     if (rc != MPI_SUCCESS) {
         st = ZCOPY_ERR_INTERNAL;
         snprintf(reason, reason_len, "setup agreement failed");
         goto out;
     }
     for (int r = 0; r < zc->size; r++) {
-        if (oks[r] != ZCOPY_SUCCESS) {
-            snprintf(reason, reason_len, oks[r] == ZCOPY_ERR_NOMEM
-                                             ? "out of memory on rank %d"
-                                             : "peer mapping failed on rank %d",
-                     r);
-            st = oks[r];
+        if (votes[r].status != ZCOPY_SUCCESS) {
+            snprintf(reason, reason_len,
+                     votes[r].status == ZCOPY_ERR_NOMEM
+                         ? "out of memory on rank %d"
+                         : "peer mapping failed on rank %d", r);
+            st = votes[r].status;
             goto out;
         }
+        any_yields |= votes[r].yields != 0;
     }
+    ctl->inline_limit = ctl_inline_limit(any_yields);
+    if (ctl->inline_limit > all[0].inline_cap)
+        ctl->inline_limit = all[0].inline_cap;
     st = ZCOPY_SUCCESS;
 
 out:
@@ -376,8 +428,9 @@ static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
     ctl_wait_init(&w, ctl, what, seq);
     for (int r = 0; r < ctl->nranks; r++) {
         zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
-        _Atomic uint64_t *tag = inline_records ? &slot->inl[seq & 1].seq
-                                               : &slot->rec[seq & 1].seq;
+        _Atomic uint64_t *tag = inline_records
+                                    ? &zcopy_ctl_inline_of(ctl, r, seq)->seq
+                                    : &slot->rec[seq & 1].seq;
         if (!ctl_wait_record(ctl, &w, r, tag, seq) && first_declined < 0)
             first_declined = r;
     }
@@ -395,7 +448,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const uint64_t seq = ++ctl->seq;
-    zcopy_ctl_inline_t *line = &own->inl[seq & 1];
+    zcopy_ctl_inline_t *line = zcopy_ctl_inline_of(ctl, ctl->rank, seq);
 
     zcopy_ctl_claim(ctl, seq);
     ctl_count(ctl, 2 * sizeof(uint64_t) + len);

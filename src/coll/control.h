@@ -17,11 +17,13 @@
  *   line 0    records by parity: arguments of collective k in rec[k % 2]
  *   line 1    sync: (number of syncs passed << 2) | what it reported
  *   line 2    arrive: the number of the last collective this rank entered
- *   lines 3-36 inline records by parity, 17 lines each: the tag and the
- *             first 48 bytes of payload in the first line, the rest after
- *   line 37   reasons: (k << 8 | reason) of the collectives declined,
+ *   line 3    reasons: (k << 8 | reason) of the collectives declined,
  *             in reasons[k % ZCOPY_CTL_REASONS]; read only to word a
  *             fallback, so a rank running far ahead may overwrite one
+ *   then      two inline records, by parity, of inline_stride bytes each:
+ *             the tag and the first 48 bytes of payload in the first line,
+ *             the rest after (17 lines in all while waits spin; up to
+ *             256 KiB where they yield, see zcopy_ctl_inline_capacity)
  *   then      vectors (counts, displacements) of the v-collectives, by
  *             parity like the records
  *
@@ -52,11 +54,6 @@ typedef struct {
     zcopy_ctl_args_t args;
 } zcopy_ctl_record_t;
 
-/* Lines of one inline record, and the payload they hold: 1 KiB and the
- * tag's line. */
-#define ZCOPY_CTL_INLINE_LINES 17
-#define ZCOPY_CTL_INLINE_MAX (ZCOPY_CTL_INLINE_LINES * ZCOPY_CACHE_LINE - 16)
-
 /* A small collective's payload in the control plane: the tag (which says
  * eligible) shares the first line with the first 48 bytes, so the tiniest
  * calls cost one cache-line transfer; peers read the lines after it once
@@ -64,11 +61,16 @@ typedef struct {
 typedef struct {
     _Atomic uint64_t seq;         /* number of the collective (written last) */
     uint8_t pad[8];
-    uint8_t data[ZCOPY_CTL_INLINE_MAX];
+    uint8_t data[];               /* the communicator's inline capacity */
 } zcopy_ctl_inline_t;
-static_assert(sizeof(zcopy_ctl_inline_t) ==
-                  ZCOPY_CTL_INLINE_LINES * ZCOPY_CACHE_LINE,
-              "whole lines");
+
+/* Payload an inline record holds while waits spin: 1 KiB and the rest of
+ * the tag's line (17 lines). Where ranks outnumber cores each step of a
+ * collective waits for the scheduler to run every peer, which costs more
+ * than copying tens of KiB: the records of such a communicator are as
+ * large as coll_zcopy_inline_max_yield asks, up to the second bound. */
+#define ZCOPY_CTL_INLINE_MAX (17 * ZCOPY_CACHE_LINE - sizeof(zcopy_ctl_inline_t))
+#define ZCOPY_CTL_INLINE_YIELD_MAX ((size_t)256 << 10)
 
 #define ZCOPY_CTL_REASONS 8       /* declined collectives remembered */
 
@@ -78,14 +80,14 @@ typedef struct {
     uint8_t pad1[ZCOPY_CACHE_LINE - 8];
     _Atomic uint64_t arrive;
     uint8_t pad2[ZCOPY_CACHE_LINE - 8];
-    zcopy_ctl_inline_t inl[2];    /* by parity, like rec */
     _Atomic uint64_t reasons[ZCOPY_CTL_REASONS];
-    int64_t vectors[];            /* [2][ZCOPY_CTL_NVEC][nranks], in bytes */
+    /* Then the inline records [2] of inline_stride bytes, by parity like
+     * rec, and the vectors [2][ZCOPY_CTL_NVEC][nranks], in bytes. */
+    uint8_t tail[];
 } zcopy_ctl_slot_t;
 static_assert(sizeof(zcopy_ctl_record_t) * 2 == ZCOPY_CACHE_LINE,
               "both records share line 0");
-static_assert(sizeof(zcopy_ctl_slot_t) ==
-                  (4 + 2 * ZCOPY_CTL_INLINE_LINES) * ZCOPY_CACHE_LINE,
+static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
               "slot header is whole cache lines, shared between processes");
 
 /* What zcopy_ctl_reason() answers when a peer's reason was overwritten. */
@@ -108,6 +110,9 @@ typedef struct zcopy_ctl {
     uint8_t *segment;
     size_t segment_size;
     size_t stride;                /* bytes per slot */
+    size_t inline_stride;         /* bytes per inline record */
+    size_t inline_limit;          /* payload bytes per rank that take the
+                                     inline path: the same on every rank */
     uint64_t seq;                 /* collectives entered on this comm */
     uint64_t arrived;             /* every peer is known to have entered
                                      this collective */
@@ -134,11 +139,21 @@ static inline zcopy_ctl_slot_t *zcopy_ctl_slot(const zcopy_ctl_t *ctl, int rank)
     return (zcopy_ctl_slot_t *)(ctl->segment + (size_t)rank * ctl->stride);
 }
 
+static inline zcopy_ctl_inline_t *
+zcopy_ctl_inline_of(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
+{
+    return (zcopy_ctl_inline_t *)(zcopy_ctl_slot(ctl, rank)->tail +
+                                  (seq & 1) * ctl->inline_stride);
+}
+
 /* Vector @which of @rank's slot for collective @seq. */
 static inline int64_t *zcopy_ctl_vector(const zcopy_ctl_t *ctl, int rank,
                                         uint64_t seq, int which)
 {
-    return zcopy_ctl_slot(ctl, rank)->vectors +
+    int64_t *vectors = (int64_t *)(zcopy_ctl_slot(ctl, rank)->tail +
+                                   2 * ctl->inline_stride);
+
+    return vectors +
            ((seq & 1) * ZCOPY_CTL_NVEC + (size_t)which) * (size_t)ctl->nranks;
 }
 
@@ -202,7 +217,7 @@ uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq);
 static inline const zcopy_ctl_inline_t *
 zcopy_ctl_inline(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
 {
-    return &zcopy_ctl_slot(ctl, rank)->inl[seq & 1];
+    return zcopy_ctl_inline_of(ctl, rank, seq);
 }
 
 static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,

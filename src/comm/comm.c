@@ -90,9 +90,13 @@ ZCOPY_COMPONENT_API void zcopy_comm_get_stats(const zcopy_comm_t *zc,
                                               MPIX_Zcopy_stats *stats)
 {
     *stats = zc->stats;
+    stats->inline_max = 0;
     if (zc->ctl != NULL) {
         stats->ctl_msgs += zc->ctl->sent_msgs;
         stats->ctl_bytes += zc->ctl->sent_bytes;
+        stats->inline_max = zc->ctl->inline_limit;
+    } else if (zc->span != NULL) {
+        stats->inline_max = zcopy_config.span_inline_max;
     }
     if (zc->fallback_coll != NULL)
         snprintf(stats->last_fallback_reason,

@@ -1250,12 +1250,15 @@ static bool expect_zcopy(const coll_case_t *c)
     return true;
 }
 
-/* coll_zcopy_inline_max and coll_zcopy_span_inline_max, as the job runs
+/* coll_zcopy_inline_max, coll_zcopy_inline_max_yield (never below the
+ * first), coll_zcopy_span_inline_max and coll_zcopy_yield, as the job runs
  * them (read after MPI_Init). */
-static unsigned long inline_max, span_inline_max;
-/* What an inline record holds (larger settings act as this), and what the
- * arrivals of a communicator that spans servers carry at most in all. */
+static unsigned long inline_max, inline_max_yield, span_inline_max, yield;
+/* What an inline record holds (larger settings act as this) while waits
+ * spin and where they yield, and what the arrivals of a communicator that
+ * spans servers carry at most in all. */
 #define INLINE_CAPACITY 1072
+#define INLINE_YIELD_CAPACITY (256 * 1024)
 #define SPAN_PAYLOAD_MAX ((size_t)1 << 20)
 
 /* Whether a payload of @bytes per rank rides with the arrivals between
@@ -1275,15 +1278,26 @@ static bool span_carries(const coll_case_t *c, size_t bytes)
            (bytes + 63) / 64 * 64 <= area / (root_only ? 1 : n);
 }
 
+/* The in-server limit of @stats' communicator: what it says it is, or,
+ * before its first collective, coll_zcopy_inline_max. */
+static size_t limit_of(const MPIX_Zcopy_stats *stats)
+{
+    return stats->inline_max ? stats->inline_max : inline_max;
+}
+
 /* zcopy's rule for small collectives (README, "Small messages"): when every
- * rank's payload is 1 to coll_zcopy_inline_max bytes (at most 1072) in a
- * server, or small enough for span_carries() between servers, it travels
+ * rank's payload is 1 to @limit bytes in a server (coll_zcopy_inline_max,
+ * at most 1072, or coll_zcopy_inline_max_yield where waits yield: the
+ * limit the communicator reports, which run_case checks where the job's
+ * settings make it certain), or small enough for span_carries() between
+ * servers, it travels
  * in the control plane. The payload is a rank's input for reductions,
  * bcast, allgather and gather, and its n blocks for reduce_scatter_block,
  * scatter and alltoall. Returns 1 (inline), 0 (not), or -1 when it
  * depends on whether a split of a span job lies in one server, which the
  * test does not know. */
-static int expect_inline(const coll_case_t *c, const phase_t *ph)
+static int expect_inline(const coll_case_t *c, const phase_t *ph,
+                         size_t limit)
 {
     static const char *const whole[] = { "allreduce", "reduce", "bcast",
                                          "allgather", "gather" };
@@ -1302,7 +1316,7 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph)
             bytes = c->count * c->type->extent * (size_t)c->n;
     if (bytes == 0)
         return 0;
-    in_server = bytes <= inline_max;
+    in_server = bytes <= limit;
     if (!span)
         return in_server;
     between = span_carries(c, bytes);
@@ -1353,6 +1367,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
              root, in_place, ph->name, ph->n, ph->calls);
     pool.used = 0;
     c.coll->prepare(&c);
+    before = zt_stats(c.comm); /* for the limit; again just before the call */
     zcopy = expect_zcopy(&c);
     /* Span mode: in place, alltoall(v) cannot swap blocks with a peer on
      * another server (unless the payload is tiny enough to travel inline),
@@ -1360,7 +1375,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
      * span servers the path is certain. */
     either = span && zcopy && c.n >= 2 && in_place &&
              (coll == C_ALLTOALL || coll == C_ALLTOALLV) &&
-             expect_inline(&c, ph) != 1;
+             expect_inline(&c, ph, limit_of(&before)) != 1;
     if (either && ph->spans) {
         either = false;
         zcopy = false;
@@ -1372,6 +1387,14 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     total_calls++;
 
     ZT_CHECK(rc == MPI_SUCCESS, "%s: rank %d: returned %d", c.desc, c.rank, rc);
+    /* Where waits surely yield (coll_zcopy_yield 1) or surely spin (2), a
+     * communicator inside one server has the limit the settings say. */
+    if (!span && c.n >= 2 && after.inline_max != 0 && (yield == 1 || yield == 2))
+        ZT_CHECK(after.inline_max == (yield == 1 ? inline_max_yield
+                                                 : inline_max),
+                 "%s: rank %d: inline limit %" PRIu64 ", expected %lu",
+                 c.desc, c.rank, after.inline_max,
+                 yield == 1 ? inline_max_yield : inline_max);
     di = after.inline_calls - before.inline_calls;
     dz = after.zcopy_calls - before.zcopy_calls;
     df = after.fallback_calls - before.fallback_calls;
@@ -1393,7 +1416,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
                  "zcopy +%" PRIu64 " fallback +%" PRIu64 " (last reason: %s)",
                  c.desc, c.rank, either ? " or a fallback \"in place across "
                  "servers\"" : "", dz, df, after.last_fallback_reason);
-        const int inl = expect_inline(&c, ph);
+        const int inl = expect_inline(&c, ph, limit_of(&after));
 
         ZT_CHECK(inl < 0 ? di <= 1 : di == (uint64_t)inl, "%s: rank %d: "
                  "inline +%" PRIu64 ", expected %s", c.desc, c.rank, di,
@@ -1721,8 +1744,14 @@ int main(int argc, char **argv)
     span = argc == 3;
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
+    inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);
+    yield = zt_cvar_ulong("coll_zcopy_yield", 0);
     if (inline_max > INLINE_CAPACITY)
         inline_max = INLINE_CAPACITY;
+    if (inline_max_yield > INLINE_YIELD_CAPACITY)
+        inline_max_yield = INLINE_YIELD_CAPACITY;
+    if (inline_max_yield < inline_max)
+        inline_max_yield = inline_max;
     /* A failing call is reported and checked, not fatal. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 

@@ -18,7 +18,7 @@ rank, size = comm.Get_rank(), comm.Get_size()
 failures = []
 STATS_FIELDS = ["zcopy_calls", "fallback_calls", "ipc_bytes", "ucx_bytes",
                 "last_fallback_reason", "inline_calls", "ctl_msgs",
-                "ctl_bytes"]
+                "ctl_bytes", "inline_max"]
 
 
 def check(cond, what):
