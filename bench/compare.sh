@@ -118,6 +118,11 @@ components=$build/components
     "the installed component" >&2
 out=${out:-$build/bench-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
+# The summary reads every run's CSV in the directory: runs of an earlier
+# comparison there would be counted with these.
+for old in "$out"/np*-*-rep*.csv; do
+    [[ -e $old ]] && die "--out $out already holds the runs of a comparison; give a new directory"
+done
 ((reps >= 5)) || echo "compare.sh: note: $reps repetitions; use --reps 5 or" \
     "more for numbers worth quoting" >&2
 if [[ $colls == all ]]; then

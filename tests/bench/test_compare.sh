@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# bench/compare.sh end to end, in seconds: a barrier and a 64-byte
+# allreduce against one peer, whose summary must name the zero-copy path;
+# and a second comparison into the same directory, which must be refused
+# (its summary would have counted the first one's runs).
+#   test_compare.sh SOURCE_DIR BUILD_DIR
+set -u
+src=$1 build=$2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run() {
+    "$src/bench/compare.sh" --build "$build" -c barrier,allreduce -b 64 -e 64 \
+        --reps 1 -n 5 --peers tuned --no-plot --out "$out/cmp" "$@"
+}
+
+if ! run >"$out/first.txt" 2>&1; then
+    cat "$out/first.txt"
+    echo "test_compare: FAIL: the comparison failed" >&2
+    exit 1
+fi
+for coll in barrier allreduce; do
+    if ! grep -Eq "^\| 2 \| $coll \|.*\| zcopy \|" "$out/cmp/summary.md"; then
+        cat "$out/cmp/summary.md"
+        echo "test_compare: FAIL: no zero-copy $coll row in the summary" >&2
+        exit 1
+    fi
+done
+if [[ $(grep -Ec '^\| 2 \| [a-z]' "$out/cmp/summary.md") != 2 ]]; then
+    cat "$out/cmp/summary.md"
+    echo "test_compare: FAIL: the summary has rows of collectives not run" >&2
+    exit 1
+fi
+run >"$out/second.txt" 2>&1
+rc=$?
+if [[ $rc != 2 ]] || ! grep -q "already holds the runs" "$out/second.txt"; then
+    cat "$out/second.txt"
+    echo "test_compare: FAIL: a reused --out gave exit $rc, expected 2 and a refusal" >&2
+    exit 1
+fi
+echo "test_compare: PASS"
