@@ -35,10 +35,9 @@ typedef struct {
     uint64_t ucx_bytes;       /* bytes this rank moved through UCX */
     char last_fallback_reason[64];
     uint64_t inline_calls;    /* of zcopy_calls: payloads of at most
-                                 coll_zcopy_inline_max bytes per rank (48
-                                 between servers) that travelled inside the
-                                 control plane instead of through a peer
-                                 mapping */
+                                 inline_max bytes per rank (below) that
+                                 travelled inside the control plane instead
+                                 of through a peer mapping */
     uint64_t ctl_msgs;        /* control messages this rank sent in
                                  collectives: a record in shared memory
                                  (arrival, decline, inline payload, sync)
@@ -50,7 +49,8 @@ typedef struct {
                                  to which this communicator's collectives
                                  travel inside the control plane (between
                                  servers, within its payload area too);
-                                 0 before its first collective */
+                                 0 before its first collective, and where
+                                 zero-copy is off */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
 
 int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,

@@ -114,15 +114,13 @@ typedef struct {
     uint64_t inline_max;          /* coll_zcopy_inline_max */
     uint64_t inline_max_yield;    /* coll_zcopy_inline_max_yield */
     uint64_t span_inline_max;     /* coll_zcopy_span_inline_max */
-    uint32_t yield_mode;          /* coll_zcopy_yield */
-    uint32_t pad2;
 } coll_settings_t;
 
 static const char *const setting_names[] = {
     NULL, "info key mpix_zcopy", "coll_zcopy_transport",
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
     "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
-    "coll_zcopy_inline_max_yield", "coll_zcopy_yield",
+    "coll_zcopy_inline_max_yield",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -141,9 +139,7 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 5;
     if (mine->span_inline_max != root->span_inline_max)
         return 6;
-    if (mine->inline_max_yield != root->inline_max_yield)
-        return 7;
-    return mine->yield_mode != root->yield_mode ? 8 : 0;
+    return mine->inline_max_yield != root->inline_max_yield ? 7 : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -159,12 +155,8 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .small_msg = zcopy_config.small_msg,
         /* Values above a record's capacity act alike. */
         .inline_max = zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX),
-        .inline_max_yield = zcopy_config.inline_max_yield <
-                                    ZCOPY_CTL_INLINE_YIELD_MAX
-                                ? zcopy_config.inline_max_yield
-                                : ZCOPY_CTL_INLINE_YIELD_MAX,
+        .inline_max_yield = zcopy_ctl_inline_limit(true),
         .span_inline_max = zcopy_config.span_inline_max,
-        .yield_mode = (uint32_t)zcopy_config.yield_mode,
     };
     coll_settings_t root = mine;
     int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;

@@ -65,10 +65,7 @@ static int ctl_cpus_shared(const ctl_hello_t *all, int nranks)
 
 /* --- setup --------------------------------------------------------------- */
 
-/* Payload bytes per rank up to which small collectives take the inline
- * path, where waits spin or where they yield: the parameters (agreed at
- * set-up) within what a record may hold. */
-static size_t ctl_inline_limit(bool yields)
+size_t zcopy_ctl_inline_limit(bool yields)
 {
     const size_t spin = zcopy_config.inline_max < ZCOPY_CTL_INLINE_MAX
                             ? zcopy_config.inline_max : ZCOPY_CTL_INLINE_MAX;
@@ -249,7 +246,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
          * which is the common case of ranks that outnumber cores. */
         const zcopy_cpus_t *own = &mine.cpus;
 
-        mine.inline_cap = (uint32_t)ctl_inline_limit(
+        mine.inline_cap = (uint32_t)zcopy_ctl_inline_limit(
             zcopy_wait_yields(&own, 1, 0));
         ctl_layout(ctl, mine.inline_cap);
         st = zcopy_memfd_segment("zcopy-ctl", ctl->segment_size,
@@ -333,7 +330,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         }
         any_yields |= votes[r].yields != 0;
     }
-    ctl->inline_limit = ctl_inline_limit(any_yields);
+    ctl->inline_limit = zcopy_ctl_inline_limit(any_yields);
     if (ctl->inline_limit > all[0].inline_cap)
         ctl->inline_limit = all[0].inline_cap;
     st = ZCOPY_SUCCESS;
@@ -429,7 +426,7 @@ static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
     for (int r = 0; r < ctl->nranks; r++) {
         zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         _Atomic uint64_t *tag = inline_records
-                                    ? &zcopy_ctl_inline_of(ctl, r, seq)->seq
+                                    ? &zcopy_ctl_inline(ctl, r, seq)->seq
                                     : &slot->rec[seq & 1].seq;
         if (!ctl_wait_record(ctl, &w, r, tag, seq) && first_declined < 0)
             first_declined = r;
@@ -448,7 +445,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const uint64_t seq = ++ctl->seq;
-    zcopy_ctl_inline_t *line = zcopy_ctl_inline_of(ctl, ctl->rank, seq);
+    zcopy_ctl_inline_t *line = zcopy_ctl_inline(ctl, ctl->rank, seq);
 
     zcopy_ctl_claim(ctl, seq);
     ctl_count(ctl, 2 * sizeof(uint64_t) + len);

@@ -22,8 +22,9 @@
  *             fallback, so a rank running far ahead may overwrite one
  *   then      two inline records, by parity, of inline_stride bytes each:
  *             the tag and the first 48 bytes of payload in the first line,
- *             the rest after (17 lines in all while waits spin; up to
- *             256 KiB where they yield, see zcopy_ctl_inline_capacity)
+ *             the rest after, as many lines as rank 0 chose at set-up
+ *             (zcopy_ctl_inline_limit: at most 17 where it expects waits
+ *             to spin)
  *   then      vectors (counts, displacements) of the v-collectives, by
  *             parity like the records
  *
@@ -139,12 +140,18 @@ static inline zcopy_ctl_slot_t *zcopy_ctl_slot(const zcopy_ctl_t *ctl, int rank)
     return (zcopy_ctl_slot_t *)(ctl->segment + (size_t)rank * ctl->stride);
 }
 
+/* @rank's inline record for collective @seq. */
 static inline zcopy_ctl_inline_t *
-zcopy_ctl_inline_of(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
+zcopy_ctl_inline(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
 {
     return (zcopy_ctl_inline_t *)(zcopy_ctl_slot(ctl, rank)->tail +
                                   (seq & 1) * ctl->inline_stride);
 }
+
+/* Payload bytes per rank up to which small collectives take the inline
+ * path where waits spin, or where some rank's yield: the parameters
+ * (agreed at set-up) within what a record may hold. */
+size_t zcopy_ctl_inline_limit(bool yields);
 
 /* Vector @which of @rank's slot for collective @seq. */
 static inline int64_t *zcopy_ctl_vector(const zcopy_ctl_t *ctl, int rank,
@@ -213,12 +220,6 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
 /* Why @rank declined collective @seq: its reason, or
  * ZCOPY_CTL_REASON_UNKNOWN when it has since declined too many others. */
 uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq);
-
-static inline const zcopy_ctl_inline_t *
-zcopy_ctl_inline(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
-{
-    return zcopy_ctl_inline_of(ctl, rank, seq);
-}
 
 static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
                                                      int rank, uint64_t seq)

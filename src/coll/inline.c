@@ -1,11 +1,12 @@
 /*
  * Small collectives: when every rank's payload of a fixed-size collective
- * fits its inline record (at most coll_zcopy_inline_max bytes, capped by
- * ZCOPY_CTL_INLINE_MAX), it travels there: the record's lines go to each
- * peer once, instead of an arrival, loads through the mappings and a
- * departure. This copies the payload (at most about a kilobyte per rank),
- * so these calls are counted in inline_calls as well as zcopy_calls and
- * move no ipc_bytes.
+ * is at most the communicator's inline limit (coll_zcopy_inline_max, or
+ * coll_zcopy_inline_max_yield where waits yield; control.h), it travels in
+ * the rank's inline record: the record's lines go to each peer once,
+ * instead of an arrival, loads through the mappings and a departure. This
+ * copies the payload (a kilobyte per rank by default, 8 KiB where waits
+ * yield), so these calls are counted in inline_calls as well as
+ * zcopy_calls and move no ipc_bytes.
  */
 #include "path.h"
 

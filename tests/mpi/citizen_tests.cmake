@@ -40,9 +40,19 @@ add_test(NAME mpi.citizen.settings_inline.np3
             coll_zcopy_inline_max)
 set_tests_properties(mpi.citizen.settings_inline.np3 PROPERTIES
   ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
+# And with the limit where waits yield (4 KiB on rank 0, 1 KiB elsewhere).
+add_test(NAME mpi.citizen.settings_inline_yield.np3
+  COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --oversubscribe --bind-to none
+          -np 1 -x OMPI_MCA_coll_zcopy_inline_max_yield=4096
+          $<TARGET_FILE:test_citizen> settings-mca coll_zcopy_inline_max_yield
+          : -np 2 $<TARGET_FILE:test_citizen> settings-mca
+            coll_zcopy_inline_max_yield)
+set_tests_properties(mpi.citizen.settings_inline_yield.np3 PROPERTIES
+  ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
-          settings.np3 settings_mca.np3 settings_inline.np3 release.np2 mapfail.np2 mapfail.np3
+          settings.np3 settings_mca.np3 settings_inline.np3
+          settings_inline_yield.np3 release.np2 mapfail.np2 mapfail.np3
           mapfail_inplace.np2 mapfail_inplace.np3
           setupretry.np2 setupretry.np3)
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)

@@ -1253,7 +1253,8 @@ static bool expect_zcopy(const coll_case_t *c)
 /* coll_zcopy_inline_max, coll_zcopy_inline_max_yield (never below the
  * first), coll_zcopy_span_inline_max and coll_zcopy_yield, as the job runs
  * them (read after MPI_Init). */
-static unsigned long inline_max, inline_max_yield, span_inline_max, yield;
+static unsigned long inline_max, inline_max_yield, span_inline_max;
+static int yield;
 /* What an inline record holds (larger settings act as this) while waits
  * spin and where they yield, and what the arrivals of a communicator that
  * spans servers carry at most in all. */
@@ -1745,7 +1746,7 @@ int main(int argc, char **argv)
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);
-    yield = zt_cvar_ulong("coll_zcopy_yield", 0);
+    yield = zt_cvar_int("coll_zcopy_yield", 0);
     if (inline_max > INLINE_CAPACITY)
         inline_max = INLINE_CAPACITY;
     if (inline_max_yield > INLINE_YIELD_CAPACITY)

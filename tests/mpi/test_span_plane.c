@@ -31,14 +31,14 @@ typedef struct {
 
 static layout_t layout_of(int nranks)
 {
-    unsigned long v = zt_cvar_ulong("coll_zcopy_virtual_servers", 1);
-    unsigned long ucx = zt_cvar_ulong("coll_zcopy_transport", 0);
+    int v = zt_cvar_int("coll_zcopy_virtual_servers", 1);
+    const int ucx = zt_cvar_int("coll_zcopy_transport", 0);
     layout_t l = { .nranks = nranks };
 
     /* transport=ucx (the enum's value 2, "ucx"): one rank per group. */
-    if (ucx == 2 || v <= 1 || v > (unsigned long)nranks)
-        v = (unsigned long)nranks;
-    l.per = (nranks + (int)v - 1) / (int)v;
+    if (ucx == 2 || v <= 1 || v > nranks)
+        v = nranks;
+    l.per = (nranks + v - 1) / v;
     l.ngroups = (nranks + l.per - 1) / l.per;
     return l;
 }

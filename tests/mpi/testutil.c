@@ -149,21 +149,43 @@ const char *zt_stderr_release(void)
     return text;
 }
 
-unsigned long zt_cvar_ulong(const char *name, unsigned long dflt)
+/* Reads control variable @name into @value, of @type; false, @value
+ * untouched, when it does not exist or is of another type. */
+static bool cvar_read(const char *name, MPI_Datatype type, void *value)
 {
     MPI_T_cvar_handle handle;
-    unsigned long value = dflt;
-    int provided, index, count;
+    MPI_Datatype actual;
+    MPI_T_enum enumtype;
+    int provided, index, count, verbosity, bind, scope, name_len = 0,
+        desc_len = 0;
+    bool ok = false;
 
     if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
-        return dflt;
+        return false;
     if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS &&
+        MPI_T_cvar_get_info(index, NULL, &name_len, &verbosity, &actual,
+                            &enumtype, NULL, &desc_len, &bind,
+                            &scope) == MPI_SUCCESS &&
+        actual == type &&
         MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) ==
             MPI_SUCCESS) {
-        if (count != 1 || MPI_T_cvar_read(handle, &value) != MPI_SUCCESS)
-            value = dflt;
+        ok = count == 1 && MPI_T_cvar_read(handle, value) == MPI_SUCCESS;
         MPI_T_cvar_handle_free(&handle);
     }
     MPI_T_finalize();
-    return value;
+    return ok;
+}
+
+unsigned long zt_cvar_ulong(const char *name, unsigned long dflt)
+{
+    unsigned long value;
+
+    return cvar_read(name, MPI_UNSIGNED_LONG, &value) ? value : dflt;
+}
+
+int zt_cvar_int(const char *name, int dflt)
+{
+    int value;
+
+    return cvar_read(name, MPI_INT, &value) ? value : dflt;
 }

@@ -63,5 +63,7 @@ MPIX_Zcopy_stats zt_stats(MPI_Comm comm);
  * @name reads it (after MPI_Init, which loads the component); @dflt when
  * the variable does not exist (stock Open MPI). */
 unsigned long zt_cvar_ulong(const char *name, unsigned long dflt);
+/* The same for an int parameter. */
+int zt_cvar_int(const char *name, int dflt);
 
 #endif
