@@ -67,6 +67,13 @@ static void host_reduce_local(MPI_Op op, MPI_Datatype type, const void *in,
                    (ompi_datatype_t *)type);
 }
 
+static bool host_predefined(MPI_Datatype type, MPI_Op op)
+{
+    return type != MPI_DATATYPE_NULL &&
+           ompi_datatype_is_predefined((ompi_datatype_t *)type) &&
+           (op == MPI_OP_NULL || ompi_op_is_intrinsic((ompi_op_t *)op));
+}
+
 /* opal_progress yields when it found nothing to do, if told to when idle
  * (Open MPI does when ranks outnumber slots); it does not say whether it
  * found anything, so a busy turn counts as yielded: the next is idle. */
@@ -83,6 +90,7 @@ void mca_coll_zcopy_install_host(void)
         .type_size = host_type_size,
         .op_reduces = host_op_reduces,
         .reduce_local = host_reduce_local,
+        .predefined = host_predefined,
         .loop = { .progress = host_progress,
                   .want_progress = mca_coll_zcopy_want_progress },
     };

@@ -8,6 +8,8 @@
 #include "host/host.h"
 #include "registry/registry.h"
 
+#include <stdlib.h>
+
 /* --- datatypes and extents ----------------------------------------------- */
 
 /* Programs reduce with one (op, type) call after call: the answer for a
@@ -238,6 +240,85 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     p->args.sbuf = (uintptr_t)a->sbuf;
 }
 
+/* --- the last plan -------------------------------------------------------- */
+
+/* Programs make the same collective on the same buffers call after call,
+ * and planning a small one (the library's answers about its datatypes,
+ * the registry's lookup) costs about as much as the rest of its work
+ * inside a server. A plan depends only on the call's arguments and on
+ * the registry, so the last one is kept with the registry's epoch and
+ * reused while both stay. Only calls whose datatypes and op, where
+ * planning reads them, are predefined (never freed, so never reused for
+ * another layout), and no v-collective, whose counts are arrays. */
+struct zcopy_plan_memo {
+    uint64_t epoch;               /* the registry's; 0: nothing kept */
+    zcopy_coll_args_t call;       /* its fixed-size arguments */
+    size_t ssize, rsize;
+    coll_plan_t plan;
+};
+
+static bool plan_same_call(const zcopy_coll_args_t *x,
+                           const zcopy_coll_args_t *y)
+{
+    return x->type == y->type && x->sbuf == y->sbuf && x->rbuf == y->rbuf &&
+           x->scount == y->scount && x->rcount == y->rcount &&
+           x->stype == y->stype && x->rtype == y->rtype && x->op == y->op &&
+           x->root == y->root;
+}
+
+static bool plan_recall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                        zcopy_algo_t *al, coll_plan_t *p)
+{
+    const struct zcopy_plan_memo *m = zc->plan_memo;
+
+    if (m == NULL || m->epoch == 0 || m->epoch != zcopy_registry_epoch() ||
+        !plan_same_call(&m->call, a))
+        return false;
+    al->ssize = m->ssize;
+    al->rsize = m->rsize;
+    *p = m->plan;
+    return true;
+}
+
+static bool plan_memorable(const zcopy_coll_args_t *a, bool send_read,
+                           bool recv_read, bool reduction)
+{
+    switch (a->type) {
+    case ZCOPY_COLL_ALLGATHERV:
+    case ZCOPY_COLL_GATHERV:
+    case ZCOPY_COLL_SCATTERV:
+    case ZCOPY_COLL_ALLTOALLV:
+    case ZCOPY_COLL_REDUCE_SCATTER:
+    case ZCOPY_COLL_BARRIER:
+        return false;
+    default:
+        break;
+    }
+    return (!send_read ||
+            zcopy_host.predefined(a->stype, reduction ? a->op : MPI_OP_NULL)) &&
+           (!recv_read || zcopy_host.predefined(a->rtype, MPI_OP_NULL));
+}
+
+/* Keeps the plan just made, read with the registry's epoch @epoch. */
+static void plan_keep(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                      const zcopy_algo_t *al, const coll_plan_t *p,
+                      uint64_t epoch)
+{
+    struct zcopy_plan_memo *m = zc->plan_memo;
+
+    if (m == NULL)
+        m = zc->plan_memo = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return; /* no memory: plans are made afresh */
+    m->epoch = epoch;
+    m->call = *a;
+    m->ssize = al->ssize;
+    m->rsize = al->rsize;
+    m->plan = *p;
+}
+
+/* --- planning ------------------------------------------------------------- */
+
 /* Fills @p with this rank's arguments and eligibility. */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                      zcopy_algo_t *al, coll_plan_t *p)
@@ -257,6 +338,10 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                            a->type == ZCOPY_COLL_REDUCE ||
                            a->type == ZCOPY_COLL_REDUCE_SCATTER ||
                            a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK;
+    const bool send_read = send_significant &&
+                           (a->sbuf != MPI_IN_PLACE || reduction);
+    const bool recv_read = recv_significant && a->rbuf != MPI_IN_PLACE;
+    uint64_t epoch;
 
     memset(p, 0, sizeof(*p));
     if (a->type == ZCOPY_COLL_BARRIER)
@@ -270,10 +355,13 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.reason = REASON_NOTHING_ACTIVATED;
         return;
     }
-    al->ssize = send_significant && (a->sbuf != MPI_IN_PLACE || reduction)
-                    ? zcopy_host.type_elem_bytes(a->stype) : 1;
-    al->rsize = recv_significant && a->rbuf != MPI_IN_PLACE
-                    ? zcopy_host.type_elem_bytes(a->rtype) : 1;
+    if (plan_recall(zc, a, al, p))
+        return;
+    /* Read before the registry is asked: a change meanwhile leaves the
+     * plan kept with an epoch that has already passed. */
+    epoch = zcopy_registry_epoch();
+    al->ssize = send_read ? zcopy_host.type_elem_bytes(a->stype) : 1;
+    al->rsize = recv_read ? zcopy_host.type_elem_bytes(a->rtype) : 1;
     if (al->ssize == 0 || al->rsize == 0) {
         p->args.reason = REASON_DATATYPE;
         return;
@@ -314,4 +402,6 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.reason = REASON_SEND_BUFFER;
     else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))
         p->args.reason = REASON_RECV_BUFFER;
+    if (epoch != 0 && plan_memorable(a, send_read, recv_read, reduction))
+        plan_keep(zc, a, al, p, epoch);
 }

@@ -62,6 +62,7 @@ ZCOPY_COMPONENT_API void zcopy_comm_destroy(zcopy_comm_t *zc)
     zcopy_span_destroy(zc->span);
     /* SPEC 3: no peer's freed pages outlive this MPI_Comm_free either. */
     zcopy_ipc_sweep();
+    free(zc->plan_memo);
     free(zc);
 }
 

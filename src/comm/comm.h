@@ -66,6 +66,8 @@ typedef struct zcopy_comm {
         MPI_Op op;
         MPI_Datatype type;
     } reduce_cache;               /* a pair with a kernel (plan.c) */
+    struct zcopy_plan_memo *plan_memo; /* the last plan (plan.c); freed
+                                     with the comm */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     /* The last fallback's reason, put into words only when asked for:

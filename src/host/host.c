@@ -65,11 +65,20 @@ static void default_reduce_local(MPI_Op op, MPI_Datatype type, const void *in,
     }
 }
 
+/* The public interface cannot tell; nothing is cached then. */
+static bool default_predefined(MPI_Datatype type, MPI_Op op)
+{
+    (void)type;
+    (void)op;
+    return false;
+}
+
 zcopy_host_t zcopy_host = {
     .type_elem_bytes = default_type_elem_bytes,
     .type_size = default_type_size,
     .op_reduces = default_op_reduces,
     .reduce_local = default_reduce_local,
+    .predefined = default_predefined,
 };
 
 ZCOPY_COMPONENT_API void zcopy_host_set(const zcopy_host_t *host)
@@ -81,6 +90,7 @@ ZCOPY_COMPONENT_API void zcopy_host_set(const zcopy_host_t *host)
     HOST_TAKE(type_size)
     HOST_TAKE(op_reduces)
     HOST_TAKE(reduce_local)
+    HOST_TAKE(predefined)
 #undef HOST_TAKE
     if (host->loop.progress != NULL)
         zcopy_progress_hooks.progress = host->loop.progress;

@@ -32,6 +32,10 @@ typedef struct {
      * implementation of @op on @type. */
     void (*reduce_local)(MPI_Op op, MPI_Datatype type, const void *in,
                          void *inout, size_t count);
+    /* True when @type, and @op unless it is MPI_OP_NULL, are predefined:
+     * handles that are never freed, so that a cache may key on them (a
+     * freed user handle may come back naming another layout). */
+    bool (*predefined)(MPI_Datatype type, MPI_Op op);
     zcopy_progress_hooks_t loop;  /* progress.h */
 } zcopy_host_t;
 

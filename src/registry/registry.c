@@ -313,6 +313,11 @@ bool zcopy_registry_any_activated(void)
     return atomic_load_explicit(&reg.hi, memory_order_relaxed) != 0;
 }
 
+uint64_t zcopy_registry_epoch(void)
+{
+    return atomic_load_explicit(&reg.epoch, memory_order_acquire);
+}
+
 bool zcopy_registry_covers_cached(const void *buf, size_t len,
                                   zcopy_covers_cache_t *cache)
 {

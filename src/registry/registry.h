@@ -53,6 +53,11 @@ typedef struct {
  * activation may be seen either way, as by zcopy_registry_covers. */
 bool zcopy_registry_any_activated(void);
 
+/* The registry's change counter: every range set or unset, activation and
+ * deactivation moves it, so an answer about buffers kept with it holds
+ * while it stays; 0 before the first change. */
+uint64_t zcopy_registry_epoch(void);
+
 /* True when [buf, buf + len) lies wholly in activated memory of one range
  * (it may span adjacent blocks). len == 0 is always covered. */
 bool zcopy_registry_covers(const void *buf, size_t len);

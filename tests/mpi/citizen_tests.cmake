@@ -13,6 +13,10 @@ foreach(np 3 4)
                      TARGET test_citizen NP ${np} ARGS intercomm)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.stats.np2 TARGET test_citizen NP 2 ARGS stats)
+foreach(np 2 3)
+  zcopy_add_mpi_test(NAME mpi.citizen.replan.np${np} TARGET test_citizen
+                     NP ${np} ARGS replan)
+endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.release.np2 TARGET test_citizen NP 2 ARGS release)
 foreach(np 2 3)
   zcopy_add_mpi_test(NAME mpi.citizen.mapfail.np${np} TARGET test_citizen
@@ -51,6 +55,7 @@ set_tests_properties(mpi.citizen.settings_inline_yield.np3 PROPERTIES
   ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
+          replan.np2 replan.np3
           settings.np3 settings_mca.np3 settings_inline.np3
           settings_inline_yield.np3 release.np2 mapfail.np2 mapfail.np3
           mapfail_inplace.np2 mapfail_inplace.np3

@@ -45,5 +45,8 @@ zcopy_add_mpi_test(NAME mpi.span_plane.vservers4.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=4 LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=2 LABELS span)
+# Scale by simulation: 16 servers of 2 (a few seconds here).
+zcopy_add_mpi_test(NAME mpi.span_plane.vservers16.np32 TARGET test_span_plane
+                   NP 32 MCA coll_zcopy_virtual_servers=16 LABELS span scale)
 zcopy_add_mpi_test(NAME mpi.span_plane.ucx.np3 TARGET test_span_plane
                    NP 3 MCA coll_zcopy_transport=ucx LABELS span)

@@ -41,6 +41,11 @@
  *              memory is there again, without any call of the program
  *   stats      MPIX_Zcopy_get_stats never writes past a caller's struct
  *              that predates later fields
+ *   replan     the same call again after what changes its path: its
+ *              buffers deactivated on one rank, then activated again (a
+ *              plan kept from an earlier call must not be reused), and a
+ *              datatype freed and replaced by a non-contiguous one, which
+ *              may come back at the freed handle's address
  *
  * A hang is a failure: every case arms an alarm well inside the CTest
  * timeout and reports which step it was in.
@@ -1062,6 +1067,95 @@ static void run_stats(void)
     ZT_CHECK(now.zcopy_calls == old.s.zcopy_calls, "sized and v1 differ");
 }
 
+/* One call of @what on the same arguments every time: bcast of @count
+ * elements of @type from rank 0 on WORLD; true if it went zero-copy,
+ * checks that it counted one call either way and delivered the data. */
+static bool replan_bcast(double *buf, int count, MPI_Datatype type,
+                         const char *what)
+{
+    MPIX_Zcopy_stats before, after;
+
+    for (int i = 0; i < 2 * count; i++)
+        buf[i] = rank == 0 ? 1000.0 + i : -1.0;
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    MPI_Bcast(buf, count, type, 0, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    ZT_CHECK(after.zcopy_calls + after.fallback_calls ==
+                 before.zcopy_calls + before.fallback_calls + 1,
+             "%s: %llu calls counted", what,
+             (unsigned long long)(after.zcopy_calls + after.fallback_calls -
+                                  before.zcopy_calls - before.fallback_calls));
+    return after.zcopy_calls == before.zcopy_calls + 1;
+}
+
+static void run_replan(void)
+{
+    const int count = 512; /* 4 KiB of doubles: mapped, not inline */
+    zt_arena_t data, other;
+    MPIX_Zcopy_stats s;
+    MPI_Datatype pair, strided;
+    size_t used = 0, other_used = 0;
+    double *buf;
+
+    zt_arena_init(&data, MPI_COMM_WORLD, MIB);
+    /* Memory that stays activated, so that the calls below are planned
+     * (a process with nothing activated declines before any plan). */
+    zt_arena_init(&other, MPI_COMM_WORLD, MIB);
+    (void)zt_arena_alloc(&other, &other_used, 64);
+    buf = zt_arena_alloc(&data, &used, 2 * count * sizeof(double));
+
+    for (int i = 0; i < 3; i++)
+        ZT_CHECK(replan_bcast(buf, count, MPI_DOUBLE, "bcast"),
+                 "bcast %d on activated memory: not zero-copy", i);
+
+    /* Rank 1's buffer is no longer activated: every rank falls back. */
+    if (rank == 1)
+        zt_require(MPIX_Comm_deactivate_memory(MPI_COMM_WORLD, data.base) ==
+                       MPI_SUCCESS, "deactivate");
+    ZT_CHECK(!replan_bcast(buf, count, MPI_DOUBLE, "bcast, deactivated"),
+             "bcast with rank 1's buffer deactivated went zero-copy");
+    s = zt_stats(MPI_COMM_WORLD);
+    ZT_CHECK(strstr(s.last_fallback_reason, "not activated") != NULL,
+             "fallback reason \"%s\"", s.last_fallback_reason);
+    for (int i = 0; i < 2 * count; i++)
+        if (!ZT_CHECK(buf[i] == (rank == 0 || i < count ? 1000.0 + i : -1.0),
+                      "bcast, deactivated: element %d is %g", i, buf[i]))
+            break;
+    if (rank == 1)
+        zt_require(MPIX_Comm_activate_memory(MPI_COMM_WORLD, data.base,
+                                             data.size, 0, data.handle, 0) ==
+                       MPI_SUCCESS, "activate again");
+    ZT_CHECK(replan_bcast(buf, count, MPI_DOUBLE, "bcast, activated again"),
+             "bcast after activating again: not zero-copy");
+
+    /* A derived datatype, freed; the next one may take its handle. */
+    MPI_Type_contiguous(2, MPI_DOUBLE, &pair);
+    MPI_Type_commit(&pair);
+    ZT_CHECK(replan_bcast(buf, count / 2, pair, "bcast of pairs"),
+             "bcast of a contiguous derived type: not zero-copy");
+    MPI_Type_free(&pair);
+    MPI_Type_vector(2, 1, 2, MPI_DOUBLE, &strided);
+    MPI_Type_commit(&strided);
+    ZT_CHECK(!replan_bcast(buf, count / 2, strided, "bcast, strided"),
+             "bcast of a strided type went zero-copy");
+    s = zt_stats(MPI_COMM_WORLD);
+    ZT_CHECK(strstr(s.last_fallback_reason, "non-contiguous") != NULL,
+             "fallback reason \"%s\"", s.last_fallback_reason);
+    /* Element k of the type is doubles 3k and 3k + 2. */
+    for (int i = 0; i < 2 * count; i++)
+        if (!ZT_CHECK(buf[i] == (rank == 0 || (i < 3 * count / 2 && i % 3 != 1)
+                                     ? 1000.0 + i : -1.0),
+                      "bcast, strided: element %d is %g", i, buf[i]))
+            break;
+    MPI_Type_free(&strided);
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    zt_arena_fini(&other);
+    zt_arena_fini(&data);
+}
+
 static void run_settings_info(void) { run_settings(false); }
 static void run_settings_mca(void) { run_settings(true); }
 
@@ -1075,6 +1169,7 @@ static const struct {
     { "release", run_release },       { "mapfail", run_mapfail },
     { "mapfail-inplace", run_mapfail_in_place },
     { "setupretry", run_setupretry }, { "stats", run_stats },
+    { "replan", run_replan },
 };
 
 int main(int argc, char **argv)
