@@ -257,22 +257,41 @@ struct zcopy_plan_memo {
     coll_plan_t plan;
 };
 
+/* Which arguments of a call planning reads on this rank: those MPI
+ * declares significant there (a program may leave the others unset). */
+typedef struct {
+    bool send, recv;              /* the buffer (MPI_IN_PLACE or not) */
+    bool send_type, recv_type;    /* its count and datatype too */
+    bool reduction;               /* the op */
+} plan_reads_t;
+
+/* Whether @x and @y are the same call for planning; their type and root
+ * first, which decide what else is read (@reads, the same for both). */
 static bool plan_same_call(const zcopy_coll_args_t *x,
-                           const zcopy_coll_args_t *y)
+                           const zcopy_coll_args_t *y,
+                           const plan_reads_t *reads)
 {
-    return x->type == y->type && x->sbuf == y->sbuf && x->rbuf == y->rbuf &&
-           x->scount == y->scount && x->rcount == y->rcount &&
-           x->stype == y->stype && x->rtype == y->rtype && x->op == y->op &&
-           x->root == y->root;
+    if (x->type != y->type || x->root != y->root)
+        return false;
+    if (reads->send && x->sbuf != y->sbuf)
+        return false;
+    if (reads->recv && x->rbuf != y->rbuf)
+        return false;
+    if (reads->send_type && (x->scount != y->scount || x->stype != y->stype))
+        return false;
+    if (reads->recv_type && (x->rcount != y->rcount || x->rtype != y->rtype))
+        return false;
+    return !reads->reduction || x->op == y->op;
 }
 
 static bool plan_recall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                        zcopy_algo_t *al, coll_plan_t *p)
+                        const plan_reads_t *reads, zcopy_algo_t *al,
+                        coll_plan_t *p)
 {
     const struct zcopy_plan_memo *m = zc->plan_memo;
 
     if (m == NULL || m->epoch == 0 || m->epoch != zcopy_registry_epoch() ||
-        !plan_same_call(&m->call, a))
+        !plan_same_call(&m->call, a, reads))
         return false;
     al->ssize = m->ssize;
     al->rsize = m->rsize;
@@ -280,8 +299,8 @@ static bool plan_recall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     return true;
 }
 
-static bool plan_memorable(const zcopy_coll_args_t *a, bool send_read,
-                           bool recv_read, bool reduction)
+static bool plan_memorable(const zcopy_coll_args_t *a,
+                           const plan_reads_t *reads)
 {
     switch (a->type) {
     case ZCOPY_COLL_ALLGATHERV:
@@ -294,9 +313,10 @@ static bool plan_memorable(const zcopy_coll_args_t *a, bool send_read,
     default:
         break;
     }
-    return (!send_read ||
-            zcopy_host.predefined(a->stype, reduction ? a->op : MPI_OP_NULL)) &&
-           (!recv_read || zcopy_host.predefined(a->rtype, MPI_OP_NULL));
+    return (!reads->send_type ||
+            zcopy_host.predefined(a->stype,
+                                  reads->reduction ? a->op : MPI_OP_NULL)) &&
+           (!reads->recv_type || zcopy_host.predefined(a->rtype, MPI_OP_NULL));
 }
 
 /* Keeps the plan just made, read with the registry's epoch @epoch. */
@@ -338,9 +358,13 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                            a->type == ZCOPY_COLL_REDUCE ||
                            a->type == ZCOPY_COLL_REDUCE_SCATTER ||
                            a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK;
-    const bool send_read = send_significant &&
-                           (a->sbuf != MPI_IN_PLACE || reduction);
-    const bool recv_read = recv_significant && a->rbuf != MPI_IN_PLACE;
+    const plan_reads_t reads = {
+        .send = send_significant,
+        .recv = recv_significant,
+        .send_type = send_significant && (a->sbuf != MPI_IN_PLACE || reduction),
+        .recv_type = recv_significant && a->rbuf != MPI_IN_PLACE,
+        .reduction = reduction,
+    };
     uint64_t epoch;
 
     memset(p, 0, sizeof(*p));
@@ -355,13 +379,13 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.reason = REASON_NOTHING_ACTIVATED;
         return;
     }
-    if (plan_recall(zc, a, al, p))
+    if (plan_recall(zc, a, &reads, al, p))
         return;
     /* Read before the registry is asked: a change meanwhile leaves the
      * plan kept with an epoch that has already passed. */
     epoch = zcopy_registry_epoch();
-    al->ssize = send_read ? zcopy_host.type_elem_bytes(a->stype) : 1;
-    al->rsize = recv_read ? zcopy_host.type_elem_bytes(a->rtype) : 1;
+    al->ssize = reads.send_type ? zcopy_host.type_elem_bytes(a->stype) : 1;
+    al->rsize = reads.recv_type ? zcopy_host.type_elem_bytes(a->rtype) : 1;
     if (al->ssize == 0 || al->rsize == 0) {
         p->args.reason = REASON_DATATYPE;
         return;
@@ -402,6 +426,6 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.reason = REASON_SEND_BUFFER;
     else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))
         p->args.reason = REASON_RECV_BUFFER;
-    if (epoch != 0 && plan_memorable(a, send_read, recv_read, reduction))
+    if (epoch != 0 && plan_memorable(a, &reads))
         plan_keep(zc, a, al, p, epoch);
 }

@@ -43,9 +43,11 @@
  *              that predates later fields
  *   replan     the same call again after what changes its path: its
  *              buffers deactivated on one rank, then activated again (a
- *              plan kept from an earlier call must not be reused), and a
+ *              plan kept from an earlier call must not be reused), a
  *              datatype freed and replaced by a non-contiguous one, which
- *              may come back at the freed handle's address
+ *              may come back at the freed handle's address, an allreduce
+ *              whose op becomes a non-commutative one, a gather whose
+ *              root moves
  *
  * A hang is a failure: every case arms an alarm well inside the CTest
  * timeout and reports which step it was in.
@@ -1067,6 +1069,61 @@ static void run_stats(void)
     ZT_CHECK(now.zcopy_calls == old.s.zcopy_calls, "sized and v1 differ");
 }
 
+/* A sum that MPI must treat as non-commutative (zcopy leaves it to the
+ * fallback). */
+static void replan_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    for (int i = 0; i < *len; i++)
+        ((double *)inout)[i] += ((const double *)in)[i];
+}
+
+/* An allreduce of @count doubles with @op; true if it went zero-copy. */
+static bool replan_allreduce(double *in, double *out, int count, MPI_Op op,
+                             const char *what)
+{
+    MPIX_Zcopy_stats before, after;
+
+    for (int i = 0; i < count; i++) {
+        in[i] = rank + (double)i;
+        out[i] = -1;
+    }
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    MPI_Allreduce(in, out, count, MPI_DOUBLE, op, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    for (int i = 0; i < count; i++)
+        if (!ZT_CHECK(out[i] == (double)size * (size - 1) / 2 +
+                                    (double)size * i,
+                      "%s: element %d is %g", what, i, out[i]))
+            break;
+    return after.zcopy_calls == before.zcopy_calls + 1;
+}
+
+/* A gather of @count doubles per rank to @root; true if zero-copy. */
+static bool replan_gather(double *in, double *out, int count, int root,
+                          const char *what)
+{
+    MPIX_Zcopy_stats before, after;
+
+    for (int i = 0; i < count; i++)
+        in[i] = 100.0 * rank + i;
+    for (int i = 0; i < count * size; i++)
+        out[i] = -1;
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    MPI_Gather(in, count, MPI_DOUBLE, out, count, MPI_DOUBLE, root,
+               MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    for (int i = 0; i < count * size && rank == root; i++)
+        if (!ZT_CHECK(out[i] == 100.0 * (i / count) + i % count,
+                      "%s: element %d is %g", what, i, out[i]))
+            break;
+    return after.zcopy_calls == before.zcopy_calls + 1;
+}
+
 /* One call of @what on the same arguments every time: bcast of @count
  * elements of @type from rank 0 on WORLD; true if it went zero-copy,
  * checks that it counted one call either way and delivered the data. */
@@ -1150,6 +1207,26 @@ static void run_replan(void)
                       "bcast, strided: element %d is %g", i, buf[i]))
             break;
     MPI_Type_free(&strided);
+
+    /* The same buffers reduced with another op. */
+    double *in = zt_arena_alloc(&data, &used, count * sizeof(double));
+    double *out = zt_arena_alloc(&data, &used, size * count * sizeof(double));
+    MPI_Op sum;
+
+    ZT_CHECK(replan_allreduce(in, out, count, MPI_SUM, "allreduce"),
+             "allreduce on activated memory: not zero-copy");
+    MPI_Op_create(replan_sum, 0, &sum);
+    ZT_CHECK(!replan_allreduce(in, out, count, sum, "allreduce, user op"),
+             "allreduce with a non-commutative op went zero-copy");
+    s = zt_stats(MPI_COMM_WORLD);
+    ZT_CHECK(strstr(s.last_fallback_reason, "op not supported") != NULL,
+             "fallback reason \"%s\"", s.last_fallback_reason);
+    MPI_Op_free(&sum);
+
+    /* The same gather to another root. */
+    for (int root = 0; root < 2; root++)
+        ZT_CHECK(replan_gather(in, out, count, root, "gather"),
+                 "gather to root %d: not zero-copy", root);
 
     MPI_Barrier(MPI_COMM_WORLD);
     zt_arena_fini(&other);
