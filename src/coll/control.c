@@ -333,6 +333,15 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     ctl->inline_limit = zcopy_ctl_inline_limit(any_yields);
     if (ctl->inline_limit > all[0].inline_cap)
         ctl->inline_limit = all[0].inline_cap;
+    if (zc->rank == 0)
+        zcopy_log(ZCOPY_LOG_INFO, "coll", "small collectives: payloads of "
+                  "up to %zu bytes per rank ride the control plane (%s)",
+                  ctl->inline_limit,
+                  !any_yields ? "coll_zcopy_inline_max"
+                  : ctl->inline_limit < zcopy_ctl_inline_limit(true)
+                      ? "some rank's waits yield, but rank 0 saw no reason "
+                        "to size the records for it"
+                      : "some rank's waits yield: coll_zcopy_inline_max_yield");
     st = ZCOPY_SUCCESS;
 
 out:
