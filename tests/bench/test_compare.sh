@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/compare.sh end to end, in seconds: a barrier and a 64-byte
 # allreduce against one peer, whose summary must name the zero-copy path;
-# and a second comparison into the same directory, which must be refused
-# (its summary would have counted the first one's runs).
+# a second comparison into the same directory, which must be refused (its
+# summary would have counted the first one's runs); and bench/ab.sh.
 #   test_compare.sh SOURCE_DIR BUILD_DIR
 set -u
 src=$1 build=$2
@@ -38,4 +38,14 @@ if [[ $rc != 2 ]] || ! grep -q "already holds the runs" "$out/second.txt"; then
     echo "test_compare: FAIL: a reused --out gave exit $rc, expected 2 and a refusal" >&2
     exit 1
 fi
+# bench/ab.sh, one build against itself: a row per collective.
+if ! "$src/bench/ab.sh" "$build" "$build" 2 1 tuned -- -c barrier,allreduce \
+        -b 64 -e 64 -n 5 >"$out/ab.txt" 2>&1 ||
+    ! grep -Eq '^barrier +0 ' "$out/ab.txt" ||
+    ! grep -Eq '^allreduce +64 ' "$out/ab.txt"; then
+    cat "$out/ab.txt"
+    echo "test_compare: FAIL: ab.sh gave no row per collective" >&2
+    exit 1
+fi
+rm -rf "$(sed -n 's/^runs: //p' "$out/ab.txt")"
 echo "test_compare: PASS"
