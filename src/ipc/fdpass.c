@@ -194,10 +194,12 @@ static void refuse_locked(int conn, const char *why, const struct ucred *cred)
 /* Answers the request waiting on @conn; false if none has come yet. */
 static bool answer_locked(int conn)
 {
+    /* Zeroed: the space is longer than the header and descriptor it holds,
+     * and all of it goes to the importer. */
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int))];
-    } control;
+    } control = { .buf = { 0 } };
     fdpass_reply_t reply = { .magic = FDPASS_MAGIC };
     struct iovec iov = { .iov_base = &reply, .iov_len = sizeof(reply) };
     struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
