@@ -240,21 +240,29 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     p->args.sbuf = (uintptr_t)a->sbuf;
 }
 
-/* --- the last plan -------------------------------------------------------- */
+/* --- the last plans ------------------------------------------------------- */
 
-/* Programs make the same collective on the same buffers call after call,
- * and planning a small one (the library's answers about its datatypes,
- * the registry's lookup) costs about as much as the rest of its work
- * inside a server. A plan depends only on the call's arguments and on
- * the registry, so the last one is kept with the registry's epoch and
- * reused while both stay. Only calls whose datatypes and op, where
- * planning reads them, are predefined (never freed, so never reused for
- * another layout), and no v-collective, whose counts are arrays. */
-struct zcopy_plan_memo {
+/* Programs make the same few collectives on the same buffers loop after
+ * loop (a training step's allreduce, bcast and allgather), and planning a
+ * small one (the library's answers about its datatypes, the registry's
+ * lookup) costs about as much as the rest of its work inside a server. A
+ * plan depends only on the call's arguments and on the registry, so the
+ * last few are kept with the registry's epoch and reused while both stay.
+ * Only calls whose datatypes and op, where planning reads them, are
+ * predefined (never freed, so never reused for another layout), and no
+ * v-collective, whose counts are arrays. */
+#define PLAN_MEMO_ENTRIES 4
+
+typedef struct {
     uint64_t epoch;               /* the registry's; 0: nothing kept */
     zcopy_coll_args_t call;       /* its fixed-size arguments */
     size_t ssize, rsize;
     coll_plan_t plan;
+} plan_entry_t;
+
+struct zcopy_plan_memo {
+    plan_entry_t entry[PLAN_MEMO_ENTRIES];
+    unsigned next;                /* the one to replace */
 };
 
 /* Which arguments of a call planning reads on this rank: those MPI
@@ -289,14 +297,23 @@ static bool plan_recall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                         coll_plan_t *p)
 {
     const struct zcopy_plan_memo *m = zc->plan_memo;
+    uint64_t epoch;
 
-    if (m == NULL || m->epoch == 0 || m->epoch != zcopy_registry_epoch() ||
-        !plan_same_call(&m->call, a, reads))
+    if (m == NULL)
         return false;
-    al->ssize = m->ssize;
-    al->rsize = m->rsize;
-    *p = m->plan;
-    return true;
+    epoch = zcopy_registry_epoch();
+    for (int i = 0; i < PLAN_MEMO_ENTRIES; i++) {
+        const plan_entry_t *e = &m->entry[i];
+
+        if (e->epoch == 0 || e->epoch != epoch ||
+            !plan_same_call(&e->call, a, reads))
+            continue;
+        al->ssize = e->ssize;
+        al->rsize = e->rsize;
+        *p = e->plan;
+        return true;
+    }
+    return false;
 }
 
 static bool plan_memorable(const zcopy_coll_args_t *a,
@@ -319,22 +336,27 @@ static bool plan_memorable(const zcopy_coll_args_t *a,
            (!reads->recv_type || zcopy_host.predefined(a->rtype, MPI_OP_NULL));
 }
 
-/* Keeps the plan just made, read with the registry's epoch @epoch. */
+/* Keeps the plan just made, read with the registry's epoch @epoch: in
+ * place of the same call's older plan, or of the oldest kept. */
 static void plan_keep(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                      const zcopy_algo_t *al, const coll_plan_t *p,
-                      uint64_t epoch)
+                      const plan_reads_t *reads, const zcopy_algo_t *al,
+                      const coll_plan_t *p, uint64_t epoch)
 {
     struct zcopy_plan_memo *m = zc->plan_memo;
+    plan_entry_t *e = NULL;
 
     if (m == NULL)
         m = zc->plan_memo = calloc(1, sizeof(*m));
     if (m == NULL)
         return; /* no memory: plans are made afresh */
-    m->epoch = epoch;
-    m->call = *a;
-    m->ssize = al->ssize;
-    m->rsize = al->rsize;
-    m->plan = *p;
+    for (int i = 0; i < PLAN_MEMO_ENTRIES && e == NULL; i++)
+        if (m->entry[i].epoch != 0 &&
+            plan_same_call(&m->entry[i].call, a, reads))
+            e = &m->entry[i];
+    if (e == NULL)
+        e = &m->entry[m->next++ % PLAN_MEMO_ENTRIES];
+    *e = (plan_entry_t){ .epoch = epoch, .call = *a, .ssize = al->ssize,
+                         .rsize = al->rsize, .plan = *p };
 }
 
 /* --- planning ------------------------------------------------------------- */
@@ -427,5 +449,5 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))
         p->args.reason = REASON_RECV_BUFFER;
     if (epoch != 0 && plan_memorable(a, &reads))
-        plan_keep(zc, a, al, p, epoch);
+        plan_keep(zc, a, &reads, al, p, epoch);
 }
