@@ -153,8 +153,9 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .transport = (uint32_t)zcopy_config.transport,
         .virtual_servers = (uint32_t)zcopy_config.virtual_servers,
         .small_msg = zcopy_config.small_msg,
-        /* Values above a record's capacity act alike. */
-        .inline_max = zcopy_coll_inline_limit(ZCOPY_CTL_INLINE_MAX),
+        /* As the limits they give: values above a record's capacity, or
+         * a yield limit below the other, act alike. */
+        .inline_max = zcopy_ctl_inline_limit(false),
         .inline_max_yield = zcopy_ctl_inline_limit(true),
         .span_inline_max = zcopy_config.span_inline_max,
     };

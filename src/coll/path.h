@@ -80,16 +80,10 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
                                         uint64_t seq);
 
 /* The small-collective path (inline.c): the per-rank payload when the call
- * takes it, else 0; then the call itself. */
+ * takes it (at most @limit: the control plane's inline limit, or the
+ * spanning path's), else 0; then the call itself. */
 size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
                                const zcopy_coll_args_t *a, size_t limit);
-/* The parameter, within what the path's carrier holds (@capacity: an
- * inline record inside a server, an arrival between servers). */
-static inline size_t zcopy_coll_inline_limit(size_t capacity)
-{
-    return zcopy_config.inline_max < capacity ? zcopy_config.inline_max
-                                              : capacity;
-}
 /* Its two halves, shared with the spanning path (span.c), which carries
  * the payload in its arrival instead of a control line: what this rank
  * sends (*len bytes at the result), and the delivery of every rank's. */

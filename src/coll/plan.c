@@ -325,7 +325,6 @@ static bool plan_memorable(const zcopy_coll_args_t *a,
     case ZCOPY_COLL_SCATTERV:
     case ZCOPY_COLL_ALLTOALLV:
     case ZCOPY_COLL_REDUCE_SCATTER:
-    case ZCOPY_COLL_BARRIER:
         return false;
     default:
         break;

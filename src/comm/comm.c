@@ -90,8 +90,7 @@ void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,
 ZCOPY_COMPONENT_API void zcopy_comm_get_stats(const zcopy_comm_t *zc,
                                               MPIX_Zcopy_stats *stats)
 {
-    *stats = zc->stats;
-    stats->inline_max = 0;
+    *stats = zc->stats;           /* its inline_max stays 0 */
     if (zc->ctl != NULL) {
         stats->ctl_msgs += zc->ctl->sent_msgs;
         stats->ctl_bytes += zc->ctl->sent_bytes;

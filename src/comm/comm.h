@@ -66,7 +66,7 @@ typedef struct zcopy_comm {
         MPI_Op op;
         MPI_Datatype type;
     } reduce_cache;               /* a pair with a kernel (plan.c) */
-    struct zcopy_plan_memo *plan_memo; /* the last plan (plan.c); freed
+    struct zcopy_plan_memo *plan_memo; /* the last plans (plan.c); freed
                                      with the comm */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */

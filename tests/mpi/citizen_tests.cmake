@@ -27,32 +27,22 @@ foreach(np 2 3)
                      NP ${np} ARGS setupretry)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.settings.np3 TARGET test_citizen NP 3 ARGS settings)
-# Two application contexts: rank 0 with another small_msg than the others.
-add_test(NAME mpi.citizen.settings_mca.np3
-  COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --oversubscribe --bind-to none
-          -np 1 -x OMPI_MCA_coll_zcopy_small_msg=1024
-          $<TARGET_FILE:test_citizen> settings-mca
-          : -np 2 $<TARGET_FILE:test_citizen> settings-mca)
-set_tests_properties(mpi.citizen.settings_mca.np3 PROPERTIES
-  ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
-# The same with inline_max: a 512-byte allreduce inline on two ranks only.
-add_test(NAME mpi.citizen.settings_inline.np3
-  COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --oversubscribe --bind-to none
-          -np 1 -x OMPI_MCA_coll_zcopy_inline_max=48
-          $<TARGET_FILE:test_citizen> settings-mca coll_zcopy_inline_max
-          : -np 2 $<TARGET_FILE:test_citizen> settings-mca
-            coll_zcopy_inline_max)
-set_tests_properties(mpi.citizen.settings_inline.np3 PROPERTIES
-  ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
-# And with the limit where waits yield (4 KiB on rank 0, 1 KiB elsewhere).
-add_test(NAME mpi.citizen.settings_inline_yield.np3
-  COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --oversubscribe --bind-to none
-          -np 1 -x OMPI_MCA_coll_zcopy_inline_max_yield=4096
-          $<TARGET_FILE:test_citizen> settings-mca coll_zcopy_inline_max_yield
-          : -np 2 $<TARGET_FILE:test_citizen> settings-mca
-            coll_zcopy_inline_max_yield)
-set_tests_properties(mpi.citizen.settings_inline_yield.np3 PROPERTIES
-  ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
+# Two application contexts: rank 0 runs with PARAM=VALUE, the other two
+# with the suite's value; every rank must fall back, naming PARAM.
+function(zcopy_add_settings_test name param value)
+  add_test(NAME mpi.citizen.${name}.np3
+    COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --oversubscribe --bind-to none
+            -np 1 -x OMPI_MCA_${param}=${value}
+            $<TARGET_FILE:test_citizen> settings-mca ${param}
+            : -np 2 $<TARGET_FILE:test_citizen> settings-mca ${param})
+  set_tests_properties(mpi.citizen.${name}.np3 PROPERTIES
+    ENVIRONMENT "${ZCOPY_TEST_ENV}" LABELS mpi)
+endfunction()
+zcopy_add_settings_test(settings_mca coll_zcopy_small_msg 1024)
+# A 512-byte allreduce inline on two ranks only.
+zcopy_add_settings_test(settings_inline coll_zcopy_inline_max 48)
+# The limit where waits yield: 4 KiB on rank 0, 1 KiB elsewhere.
+zcopy_add_settings_test(settings_inline_yield coll_zcopy_inline_max_yield 4096)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
           replan.np2 replan.np3

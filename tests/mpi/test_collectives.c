@@ -1279,19 +1279,34 @@ static bool span_carries(const coll_case_t *c, size_t bytes)
            (bytes + 63) / 64 * 64 <= area / (root_only ? 1 : n);
 }
 
-/* The in-server limit of @stats' communicator: what it says it is, or,
- * before its first collective, coll_zcopy_inline_max. */
+/* Whether the job's settings say which inline limit a communicator inside
+ * one server has: where waits surely yield (coll_zcopy_yield 1) or surely
+ * spin (2), or where both limits are the same (the suite's default). */
+static bool limit_known(void)
+{
+    return yield == 1 || yield == 2 || inline_max_yield == inline_max;
+}
+
+static size_t limit_expected(void)
+{
+    return yield == 1 ? inline_max_yield : inline_max;
+}
+
+/* The in-server limit of @stats' communicator: the settings' where they
+ * are certain, else what it reports (or, before its first collective,
+ * coll_zcopy_inline_max). */
 static size_t limit_of(const MPIX_Zcopy_stats *stats)
 {
+    if (limit_known())
+        return limit_expected();
     return stats->inline_max ? stats->inline_max : inline_max;
 }
 
 /* zcopy's rule for small collectives (README, "Small messages"): when every
  * rank's payload is 1 to @limit bytes in a server (coll_zcopy_inline_max,
- * at most 1072, or coll_zcopy_inline_max_yield where waits yield: the
- * limit the communicator reports, which run_case checks where the job's
- * settings make it certain), or small enough for span_carries() between
- * servers, it travels
+ * at most 1072, or coll_zcopy_inline_max_yield where waits yield:
+ * limit_of()), or small enough for span_carries() between servers, it
+ * travels
  * in the control plane. The payload is a rank's input for reductions,
  * bcast, allgather and gather, and its n blocks for reduce_scatter_block,
  * scatter and alltoall. Returns 1 (inline), 0 (not), or -1 when it
@@ -1388,14 +1403,6 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     total_calls++;
 
     ZT_CHECK(rc == MPI_SUCCESS, "%s: rank %d: returned %d", c.desc, c.rank, rc);
-    /* Where waits surely yield (coll_zcopy_yield 1) or surely spin (2), a
-     * communicator inside one server has the limit the settings say. */
-    if (!span && c.n >= 2 && after.inline_max != 0 && (yield == 1 || yield == 2))
-        ZT_CHECK(after.inline_max == (yield == 1 ? inline_max_yield
-                                                 : inline_max),
-                 "%s: rank %d: inline limit %" PRIu64 ", expected %lu",
-                 c.desc, c.rank, after.inline_max,
-                 yield == 1 ? inline_max_yield : inline_max);
     di = after.inline_calls - before.inline_calls;
     dz = after.zcopy_calls - before.zcopy_calls;
     df = after.fallback_calls - before.fallback_calls;
@@ -1418,6 +1425,13 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
                  c.desc, c.rank, either ? " or a fallback \"in place across "
                  "servers\"" : "", dz, df, after.last_fallback_reason);
         const int inl = expect_inline(&c, ph, limit_of(&after));
+
+        /* A communicator inside one server that just went zero-copy
+         * reports the limit the settings say, where they say it. */
+        if (!span && limit_known())
+            ZT_CHECK(after.inline_max == limit_expected(), "%s: rank %d: "
+                     "inline limit %" PRIu64 ", expected %zu", c.desc,
+                     c.rank, after.inline_max, limit_expected());
 
         ZT_CHECK(inl < 0 ? di <= 1 : di == (uint64_t)inl, "%s: rank %d: "
                  "inline +%" PRIu64 ", expected %s", c.desc, c.rank, di,
