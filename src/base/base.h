@@ -69,7 +69,7 @@ typedef struct {
     int virtual_servers;       /* split one host into N servers (>= 1) */
     size_t small_msg;          /* bytes: below, latency-optimised algorithms */
     size_t inline_max;         /* bytes per rank: payloads this small travel
-                                  in the control plane (coll/control.h caps) */
+                                  in the control plane (coll/server/control.h caps) */
     size_t inline_max_yield;   /* the same where waits yield the processor */
     size_t span_inline_max;    /* the same between servers: payloads ride
                                   with the arrivals (coll/span.h caps) */

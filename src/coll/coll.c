@@ -1,11 +1,16 @@
 /*
- * The path decision for every collective. A rank is eligible when each of
- * its buffers lies wholly in activated memory, the datatypes are contiguous
- * and the op can be reduced; the ranks agree on it when they arrive, before
- * any data moves, and then all run zero-copy or all fall back.
+ * Every collective enters here. A communicator is set up at its first
+ * collective (the settings that change paths agreed, then the control
+ * plane of its path built) and then each call goes down one of two paths:
+ * server/ when all its ranks share a server, span/ when they do not. On
+ * both, a rank is eligible when each of its buffers lies wholly in
+ * activated memory, the datatypes are contiguous and the op can be reduced
+ * (plan.c); the ranks agree on it when they arrive, before any data moves,
+ * and then all run zero-copy or all fall back.
  */
 #include "path.h"
-#include "span.h"
+#include "server/server.h"
+#include "span/span.h"
 #include "ucx/ucx.h"
 
 #include <stdio.h>
@@ -42,24 +47,6 @@ const char *const zcopy_coll_reason_text[REASON_COUNT] = {
     [REASON_NOTHING_ACTIVATED] = "no memory activated on this rank",
 };
 
-static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
-    [ZCOPY_COLL_ALLREDUCE] = zcopy_algo_allreduce,
-    [ZCOPY_COLL_REDUCE] = zcopy_algo_reduce,
-    [ZCOPY_COLL_REDUCE_SCATTER] = zcopy_algo_reduce_scatter,
-    [ZCOPY_COLL_REDUCE_SCATTER_BLOCK] = zcopy_algo_reduce_scatter,
-    [ZCOPY_COLL_ALLGATHER] = zcopy_algo_allgather,
-    [ZCOPY_COLL_ALLGATHERV] = zcopy_algo_allgather,
-    [ZCOPY_COLL_BCAST] = zcopy_algo_bcast,
-    [ZCOPY_COLL_GATHER] = zcopy_algo_gather,
-    [ZCOPY_COLL_GATHERV] = zcopy_algo_gather,
-    [ZCOPY_COLL_SCATTER] = zcopy_algo_scatter,
-    [ZCOPY_COLL_SCATTERV] = zcopy_algo_scatter,
-    [ZCOPY_COLL_ALLTOALL] = zcopy_algo_alltoall,
-    [ZCOPY_COLL_ALLTOALLV] = zcopy_algo_alltoall,
-};
-
-/* What this rank publishes at arrival. */
-
 /* --- running ------------------------------------------------------------- */
 
 zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
@@ -67,39 +54,6 @@ zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
 {
     zcopy_comm_count_fallback(zc, zcopy_coll_names[type], why);
     return ZCOPY_FALLBACK;
-}
-
-zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
-                                        zcopy_coll_type_t type, int rank,
-                                        uint64_t seq)
-{
-    const uint32_t reason = zcopy_ctl_reason(zc->ctl, rank, seq);
-
-    /* The code comes from another process: checked before it indexes. The
-     * text leaves the rank out, so that ranks record the same one whenever
-     * those that declined did so for one reason (and the decliner's slot
-     * still holds it: one that ran 8 collectives ahead has overwritten it,
-     * and then this rank records "a rank was not eligible"). */
-    zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: %s falls back, rank %d "
-              "declined (reason %u)", zc->rank, zcopy_coll_names[type], rank,
-              reason);
-    return zcopy_coll_fallback(zc, type, reason < REASON_COUNT &&
-                                                 reason != REASON_NONE
-                                             ? zcopy_coll_reason_text[reason]
-                                             : "a rank was not eligible");
-}
-
-/* Whether planning this call writes vectors into this rank's control slot,
- * which a peer may still be reading for the collective before the last:
- * every rank of an alltoallv, the root of a gatherv or scatterv. Only those
- * claim before planning; any other rank that declines waits for nobody. */
-static bool coll_writes_vectors(const zcopy_comm_t *zc,
-                                const zcopy_coll_args_t *a)
-{
-    if (a->type == ZCOPY_COLL_ALLTOALLV)
-        return true;
-    return (a->type == ZCOPY_COLL_GATHERV || a->type == ZCOPY_COLL_SCATTERV) &&
-           a->root == zc->rank;
 }
 
 /* What changes the path or the number of steps of a collective: if ranks
@@ -160,11 +114,11 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .span_inline_max = zcopy_config.span_inline_max,
     };
     coll_settings_t root = mine;
-    int32_t differ, all[ZCOPY_CTL_MAX_RANKS], worst = 0;
+    int32_t differ, all[ZCOPY_COLL_MAX_RANKS], worst = 0;
 
-    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
+    if (zc->size > ZCOPY_COLL_MAX_RANKS) { /* the same on every rank */
         snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
-                 "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
+                 "more than %d ranks", ZCOPY_COLL_MAX_RANKS);
         zc->state = ZCOPY_COMM_DISABLED;
         return false;
     }
@@ -271,13 +225,6 @@ ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
 ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a)
 {
-    zcopy_algo_t al = { .zc = zc, .a = a, .rank = zc->rank,
-                        .nranks = zc->size };
-    size_t inline_total;
-    coll_plan_t plan;
-    zcopy_status_t st;
-    int bad;
-
     /* Peers' deactivated blocks are unmapped at every collective, on any
      * communicator (SPEC section 3), and before any peer memory is touched. */
     zcopy_ipc_sweep();
@@ -292,43 +239,5 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
         return zcopy_coll_fallback(zc, a->type, zc->disabled_reason);
     if (zc->span != NULL)
         return zcopy_span_run(zc, a);
-
-    al.ctl = zc->ctl;
-    if (coll_writes_vectors(zc, a))
-        zcopy_ctl_claim(zc->ctl, zcopy_ctl_next(zc->ctl));
-    zcopy_coll_plan(zc, a, &al, &plan);
-    if (plan.args.reason != REASON_NONE) {
-        /* Not eligible: say so and leave, waiting for nobody. */
-        zcopy_ctl_decline(zc->ctl, plan.args.reason);
-        return zcopy_coll_fallback(zc, a->type,
-                                   zcopy_coll_reason_text[plan.args.reason]);
-    }
-    inline_total = zcopy_coll_inline_bytes(zc, a, zc->ctl->inline_limit);
-    if (inline_total > 0)
-        return zcopy_coll_run_inline(zc, a, &plan, inline_total);
-    al.seq = zcopy_ctl_publish(zc->ctl, &plan.args, plan.nvectors);
-    /* While the arrival travels: fetch the peer data the last call read. */
-    zcopy_ctl_prefetch_hints(zc->ctl);
-    bad = zcopy_ctl_wait_arrivals(zc->ctl, al.seq, zcopy_coll_names[a->type]);
-    if (bad >= 0)
-        return zcopy_coll_fallback_peer(zc, a->type, bad, al.seq);
-    if (a->type == ZCOPY_COLL_BARRIER) {
-        zc->stats.zcopy_calls++;
-        return ZCOPY_SUCCESS; /* arrival was the barrier */
-    }
-    /* A rank that could not reach a peer's memory: every rank learnt of
-     * it at the same sync, and the algorithm either left every input
-     * intact for the fallback, or finished the call through the previous
-     * component itself (in place, where inputs are already overwritten). */
-    st = algorithms[a->type](&al);
-    if (st == ZCOPY_SUCCESS) {
-        zc->stats.zcopy_calls++;
-        zc->stats.ipc_bytes += al.ipc_bytes;
-        return ZCOPY_SUCCESS;
-    }
-    if (st == ZCOPY_FALLBACK || st == ZCOPY_REPAIRED) {
-        zcopy_coll_fallback(zc, a->type, "a peer's memory could not be mapped");
-        return st == ZCOPY_REPAIRED ? ZCOPY_SUCCESS : ZCOPY_FALLBACK;
-    }
-    return st;
+    return zcopy_server_run(zc, a);
 }

@@ -5,10 +5,11 @@
  * long such a copy is depends on the caches: the threshold comes from the
  * topology layer (zcopy_topo_streaming_min), once per process.
  */
-#include "algo.h"
+#include "data.h"
 #include "topo/topo.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

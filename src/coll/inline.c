@@ -1,18 +1,19 @@
 /*
  * Small collectives: when every rank's payload of a fixed-size collective
- * is at most the communicator's inline limit (coll_zcopy_inline_max, or
- * coll_zcopy_inline_max_yield where waits yield; control.h), it travels in
- * the rank's inline record: the record's lines go to each peer once,
- * instead of an arrival, loads through the mappings and a departure. This
- * copies the payload (a kilobyte per rank by default, 8 KiB where waits
- * yield), so these calls are counted in inline_calls as well as
- * zcopy_calls and move no ipc_bytes.
+ * is at most the path's inline limit, it travels with the rank's arrival:
+ * in its inline record inside a server (coll_zcopy_inline_max, or
+ * coll_zcopy_inline_max_yield where waits yield; server/control.h), in its
+ * leader's message between servers (coll_zcopy_span_inline_max). That is
+ * one step instead of an arrival, loads through the mappings and a
+ * departure. It copies the payload, so these calls are counted in
+ * inline_calls as well as zcopy_calls and move no ipc_bytes.
  */
 #include "path.h"
 
 #include "host/host.h"
+#include "reduce/reduce.h"
 
-#include <stdio.h>
+#include <string.h>
 
 /* The payload of a collective whose every rank's data is at most @limit
  * bytes travels in the control plane. Returns that size, the same on every
@@ -91,7 +92,7 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                  a->type == ZCOPY_COLL_ALLTOALL ||
                                  a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK
                              ? total / (size_t)n : total;
-    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const void *srcs[ZCOPY_COLL_MAX_RANKS];
     uint8_t *out = a->rbuf;
 
     switch (a->type) {
@@ -131,28 +132,4 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
         return zcopy_error(ZCOPY_ERR_INTERNAL, "no inline form of %s",
                            zcopy_coll_names[a->type]);
     }
-}
-
-zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
-                                     const zcopy_coll_args_t *a,
-                                     const coll_plan_t *plan, size_t total)
-{
-    const uint8_t *lines[ZCOPY_CTL_MAX_RANKS];
-    const void *src;
-    uint64_t seq;
-    size_t len;
-    int bad;
-
-    src = zcopy_coll_inline_source(zc, a, plan, total, &len);
-    bad = zcopy_ctl_inline_exchange(zc->ctl, src, len,
-                                    zcopy_coll_names[a->type]);
-    seq = zc->ctl->seq;
-    if (bad >= 0)
-        return zcopy_coll_fallback_peer(zc, a->type, bad, seq);
-    for (int r = 0; r < zc->size; r++)
-        lines[r] = zcopy_ctl_inline(zc->ctl, r, seq)->data;
-    ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, total));
-    zc->stats.zcopy_calls++;
-    zc->stats.inline_calls++;
-    return ZCOPY_SUCCESS;
 }

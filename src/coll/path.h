@@ -1,12 +1,18 @@
 /*
- * The path decision, shared by the files of coll/: what a rank publishes at
- * arrival (its plan), why it may not be eligible, and the tiny-collective
- * path that carries payloads in the control line.
+ * The path decision, shared by both paths of coll/ (server/: one server's
+ * ranks through each other's mappings; span/: ranks on several servers):
+ * what a rank publishes at arrival (its plan), why it may not be eligible,
+ * and the small-collective rule that carries payloads with the arrival.
+ * Planning is a function of the call alone; each path's control plane
+ * publishes the plan its own way.
  */
 #ifndef ZCOPY_COLL_PATH_H
 #define ZCOPY_COLL_PATH_H
 
-#include "algo.h"
+#include "coll.h"
+
+/* Communicators of more ranks fall back. */
+#define ZCOPY_COLL_MAX_RANKS 1024
 
 /* Why a rank is not eligible (zcopy_coll_reason_text names it). */
 typedef enum {
@@ -25,15 +31,45 @@ typedef enum {
 
 extern const char *const zcopy_coll_reason_text[REASON_COUNT];
 
+/* What every rank learns of a rank's call at arrival. */
+typedef struct {
+    uint32_t reason;              /* REASON_NONE or why this rank is not */
+    uint32_t flags;               /* ZCOPY_PLAN_IN_PLACE */
+    uint64_t sbuf;                /* effective send buffer (own address) */
+    uint64_t rbuf;
+} zcopy_plan_args_t;
+
+#define ZCOPY_PLAN_IN_PLACE 0x1u
+
+/* The v-collectives' vectors a rank publishes, in bytes, for its peers'
+ * algorithms: a gatherv or scatterv root its displacements as vector 0; an
+ * alltoallv rank its send displacements (0, unless in place), receive
+ * displacements (1) and receive counts (2). */
+#define ZCOPY_PLAN_NVEC 3
+
+typedef struct {
+    const int *elems;             /* MPI's ints; NULL: not published */
+    size_t scale;                 /* bytes per unit of elems */
+} zcopy_plan_vector_t;
+
 /* What this rank publishes at arrival, and the extents it checked. */
 typedef struct {
-    zcopy_ctl_args_t args;
+    zcopy_plan_args_t args;
     const void *sbuf;             /* extents to check for activation */
     size_t slen;
     const void *rbuf;
     size_t rlen;
-    unsigned nvectors;            /* written into the control slot */
+    size_t ssize, rsize;          /* bytes per element of stype, rtype */
+    zcopy_plan_vector_t vectors[ZCOPY_PLAN_NVEC];
 } coll_plan_t;
+
+/* What a rank reports at a sync of either path: it could not reach a
+ * peer's memory and wrote nothing (FAILED), or it failed after writing
+ * (BROKEN). */
+#define ZCOPY_SYNC_FAILED 0x1u
+#define ZCOPY_SYNC_BROKEN 0x2u
+#define ZCOPY_SYNC_BITS 2
+#define ZCOPY_SYNC_MASK ((1u << ZCOPY_SYNC_BITS) - 1)
 
 /* Whether this rank surely has a non-empty buffer in the call: then, with
  * nothing activated, planning could only decline it (the buffer is not
@@ -65,9 +101,10 @@ static inline bool zcopy_coll_surely_has_data(const zcopy_comm_t *zc,
     }
 }
 
-/* Fills @p with this rank's arguments and eligibility (plan.c). */
+/* Fills @p with this rank's arguments and eligibility for call @a
+ * (plan.c). Reads nothing but the call, the registry and @zc's caches. */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                     zcopy_algo_t *al, coll_plan_t *p);
+                     coll_plan_t *p);
 
 /* Counts a fallback with "<collective>: <why>" (coll.c); @why is a
  * constant or lives as long as @zc. */
@@ -79,13 +116,12 @@ zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
                                         zcopy_coll_type_t type, int rank,
                                         uint64_t seq);
 
-/* The small-collective path (inline.c): the per-rank payload when the call
- * takes it (at most @limit: the control plane's inline limit, or the
- * spanning path's), else 0; then the call itself. */
+/* The small-collective rule (inline.c): the per-rank payload when the call
+ * takes it (at most @limit: the in-server control plane's inline limit, or
+ * the spanning path's), else 0. */
 size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
                                const zcopy_coll_args_t *a, size_t limit);
-/* Its two halves, shared with the spanning path (span.c), which carries
- * the payload in its arrival instead of a control line: what this rank
+/* Its two halves, for either path's arrival to carry: what this rank
  * sends (*len bytes at the result), and the delivery of every rank's. */
 const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
                                      const zcopy_coll_args_t *a,
@@ -95,8 +131,5 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                          const zcopy_coll_args_t *a,
                                          const uint8_t *const *lines,
                                          size_t total);
-zcopy_status_t zcopy_coll_run_inline(zcopy_comm_t *zc,
-                                     const zcopy_coll_args_t *a,
-                                     const coll_plan_t *plan, size_t total);
 
 #endif

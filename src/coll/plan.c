@@ -1,14 +1,19 @@
 /*
  * Planning: which buffers of this rank each collective touches, whether
- * they lie in activated memory, and what the rank publishes at arrival.
- * Only the arguments MPI declares significant on this rank are read.
+ * they lie in activated memory, and what the rank publishes at arrival
+ * (its arguments and, for the v-collectives, which of its vectors). Only
+ * the arguments MPI declares significant on this rank are read, and
+ * nothing is written but the plan and this communicator's caches: the
+ * control plane of the path taken publishes it.
  */
 #include "path.h"
 
 #include "host/host.h"
+#include "reduce/reduce.h"
 #include "registry/registry.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* --- datatypes and extents ----------------------------------------------- */
 
@@ -29,19 +34,16 @@ static bool reduce_supported_cached(zcopy_comm_t *zc, MPI_Op op,
     return zcopy_reduce_supported(op, type);
 }
 
-/* Byte extent [lo, hi) covered by a v-layout; false on a negative
- * displacement. Also fills @bytes_out (displacements in bytes) if given. */
+/* Byte extent [lo, hi) covered by a v-layout; false on a negative count
+ * or displacement. */
 static bool vector_extent(const int *counts, const int *displs, int n,
-                          size_t elem, size_t *lo, size_t *hi,
-                          int64_t *bytes_out)
+                          size_t elem, size_t *lo, size_t *hi)
 {
     *lo = SIZE_MAX;
     *hi = 0;
     for (int j = 0; j < n; j++) {
         if (displs[j] < 0 || counts[j] < 0)
             return false;
-        if (bytes_out)
-            bytes_out[j] = (int64_t)displs[j] * (int64_t)elem;
         if (counts[j] == 0)
             continue;
         size_t b = (size_t)displs[j] * elem;
@@ -70,12 +72,20 @@ static void plan_recv(coll_plan_t *p, const void *buf, size_t len)
     p->args.rbuf = (uintptr_t)buf;
 }
 
+/* Publishes @elems (MPI's ints, in units of @scale bytes) as vector @which. */
+static void plan_vector(coll_plan_t *p, int which, const int *elems,
+                        size_t scale)
+{
+    p->vectors[which] = (zcopy_plan_vector_t){ .elems = elems,
+                                               .scale = scale };
+}
+
 static void plan_reduction(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                           zcopy_algo_t *al, coll_plan_t *p)
+                           coll_plan_t *p)
 {
     const bool in_place = a->sbuf == MPI_IN_PLACE;
     const bool root = a->type != ZCOPY_COLL_REDUCE || a->root == zc->rank;
-    size_t e = al->ssize, total = a->scount, own = a->rcount;
+    size_t e = p->ssize, total = a->scount, own = a->rcount;
 
     if (!reduce_supported_cached(zc, a->op, a->stype)) {
         p->args.reason = REASON_OP;
@@ -95,7 +105,7 @@ static void plan_reduction(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         total = a->rcount * (size_t)zc->size;
     }
     if (in_place && root) {
-        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        p->args.flags |= ZCOPY_PLAN_IN_PLACE;
         plan_send(p, a->rbuf, total * e);
         plan_recv(p, a->rbuf, total * e);
         return;
@@ -106,123 +116,111 @@ static void plan_reduction(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
 }
 
 static void plan_allgather(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                           zcopy_algo_t *al, coll_plan_t *p)
+                           coll_plan_t *p)
 {
     size_t lo = 0, hi, own_off, own_len;
     const int n = zc->size, r = zc->rank;
 
     if (a->type == ZCOPY_COLL_ALLGATHER) {
-        hi = a->rcount * al->rsize * (size_t)n;
-        own_off = a->rcount * al->rsize * (size_t)r;
-        own_len = a->rcount * al->rsize;
+        hi = a->rcount * p->rsize * (size_t)n;
+        own_off = a->rcount * p->rsize * (size_t)r;
+        own_len = a->rcount * p->rsize;
     } else {
-        if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &lo, &hi,
-                           NULL)) {
+        if (!vector_extent(a->rcounts, a->rdispls, n, p->rsize, &lo, &hi)) {
             p->args.reason = REASON_LAYOUT;
             return;
         }
-        own_off = (size_t)a->rdispls[r] * al->rsize;
-        own_len = (size_t)a->rcounts[r] * al->rsize;
+        own_off = (size_t)a->rdispls[r] * p->rsize;
+        own_len = (size_t)a->rcounts[r] * p->rsize;
     }
     plan_recv(p, (const uint8_t *)a->rbuf + lo, hi - lo);
     p->args.rbuf = (uintptr_t)a->rbuf;
     if (a->sbuf == MPI_IN_PLACE) {
-        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        p->args.flags |= ZCOPY_PLAN_IN_PLACE;
         plan_send(p, (const uint8_t *)a->rbuf + own_off, own_len);
     } else {
-        plan_send(p, a->sbuf, a->scount * al->ssize);
+        plan_send(p, a->sbuf, a->scount * p->ssize);
     }
 }
 
 static void plan_gather(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                        zcopy_ctl_t *ctl, zcopy_algo_t *al, coll_plan_t *p)
+                        coll_plan_t *p)
 {
     const int n = zc->size, r = zc->rank;
     size_t lo = 0, hi;
 
     if (r != a->root) {
-        plan_send(p, a->sbuf, a->scount * al->ssize);
+        plan_send(p, a->sbuf, a->scount * p->ssize);
         return;
     }
     if (a->type == ZCOPY_COLL_GATHER) {
-        hi = a->rcount * al->rsize * (size_t)n;
+        hi = a->rcount * p->rsize * (size_t)n;
     } else {
-        int64_t *displs = ctl ? zcopy_ctl_vector(ctl, r, zcopy_ctl_next(ctl), 0)
-                              : NULL;
-        p->nvectors = displs != NULL;
-        if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &lo, &hi,
-                           displs)) {
+        if (!vector_extent(a->rcounts, a->rdispls, n, p->rsize, &lo, &hi)) {
             p->args.reason = REASON_LAYOUT;
             return;
         }
+        plan_vector(p, 0, a->rdispls, p->rsize);
     }
     plan_recv(p, (const uint8_t *)a->rbuf + lo, hi - lo);
     p->args.rbuf = (uintptr_t)a->rbuf;
     if (a->sbuf == MPI_IN_PLACE)
-        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        p->args.flags |= ZCOPY_PLAN_IN_PLACE;
     else
-        plan_send(p, a->sbuf, a->scount * al->ssize);
+        plan_send(p, a->sbuf, a->scount * p->ssize);
 }
 
 static void plan_scatter(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                         zcopy_ctl_t *ctl, zcopy_algo_t *al, coll_plan_t *p)
+                         coll_plan_t *p)
 {
     const int n = zc->size, r = zc->rank;
     size_t lo = 0, hi;
 
     if (r != a->root) {
-        plan_recv(p, a->rbuf, a->rcount * al->rsize);
+        plan_recv(p, a->rbuf, a->rcount * p->rsize);
         return;
     }
     if (a->type == ZCOPY_COLL_SCATTER) {
-        hi = a->scount * al->ssize * (size_t)n;
+        hi = a->scount * p->ssize * (size_t)n;
     } else {
-        int64_t *displs = ctl ? zcopy_ctl_vector(ctl, r, zcopy_ctl_next(ctl), 0)
-                              : NULL;
-        p->nvectors = displs != NULL;
-        if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &lo, &hi,
-                           displs)) {
+        if (!vector_extent(a->scounts, a->sdispls, n, p->ssize, &lo, &hi)) {
             p->args.reason = REASON_LAYOUT;
             return;
         }
+        plan_vector(p, 0, a->sdispls, p->ssize);
     }
     plan_send(p, (const uint8_t *)a->sbuf + lo, hi - lo);
     p->args.sbuf = (uintptr_t)a->sbuf;
     if (a->rbuf == MPI_IN_PLACE)
-        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        p->args.flags |= ZCOPY_PLAN_IN_PLACE;
     else
-        plan_recv(p, a->rbuf, a->rcount * al->rsize);
+        plan_recv(p, a->rbuf, a->rcount * p->rsize);
 }
 
 static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                          zcopy_ctl_t *ctl, zcopy_algo_t *al, coll_plan_t *p)
+                          coll_plan_t *p)
 {
-    const int n = zc->size, r = zc->rank;
+    const int n = zc->size;
     const bool in_place = a->sbuf == MPI_IN_PLACE;
     size_t slo = 0, shi, rlo = 0, rhi;
-    /* Spanning communicators (no ctl) exchange their vectors otherwise. */
-    uint64_t next = ctl ? zcopy_ctl_next(ctl) : 0;
 
     if (in_place)
-        p->args.flags |= ZCOPY_CTL_IN_PLACE;
+        p->args.flags |= ZCOPY_PLAN_IN_PLACE;
     if (a->type == ZCOPY_COLL_ALLTOALL) {
-        rhi = a->rcount * al->rsize * (size_t)n;
+        rhi = a->rcount * p->rsize * (size_t)n;
         plan_recv(p, a->rbuf, rhi);
         if (in_place)
             plan_send(p, a->rbuf, rhi);
         else
-            plan_send(p, a->sbuf, a->scount * al->ssize * (size_t)n);
+            plan_send(p, a->sbuf, a->scount * p->ssize * (size_t)n);
         return;
     }
-    if (!vector_extent(a->rcounts, a->rdispls, n, al->rsize, &rlo, &rhi,
-                       ctl ? zcopy_ctl_vector(ctl, r, next, 1) : NULL)) {
+    if (!vector_extent(a->rcounts, a->rdispls, n, p->rsize, &rlo, &rhi)) {
         p->args.reason = REASON_LAYOUT;
         return;
     }
-    for (int j = 0; j < n && ctl; j++)
-        zcopy_ctl_vector(ctl, r, next, 2)[j] = (int64_t)a->rcounts[j] *
-                                               (int64_t)al->rsize;
-    p->nvectors = ctl ? 2 : 0;
+    plan_vector(p, 1, a->rdispls, p->rsize);
+    plan_vector(p, 2, a->rcounts, p->rsize);
     plan_recv(p, (const uint8_t *)a->rbuf + rlo, rhi - rlo);
     p->args.rbuf = (uintptr_t)a->rbuf;
     if (in_place) {
@@ -230,12 +228,11 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.sbuf = (uintptr_t)a->rbuf;
         return;
     }
-    p->nvectors = ctl ? 3 : 0;
-    if (!vector_extent(a->scounts, a->sdispls, n, al->ssize, &slo, &shi,
-                       ctl ? zcopy_ctl_vector(ctl, r, next, 0) : NULL)) {
+    if (!vector_extent(a->scounts, a->sdispls, n, p->ssize, &slo, &shi)) {
         p->args.reason = REASON_LAYOUT;
         return;
     }
+    plan_vector(p, 0, a->sdispls, p->ssize);
     plan_send(p, (const uint8_t *)a->sbuf + slo, shi - slo);
     p->args.sbuf = (uintptr_t)a->sbuf;
 }
@@ -256,7 +253,6 @@ static void plan_alltoall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
 typedef struct {
     uint64_t epoch;               /* the registry's; 0: nothing kept */
     zcopy_coll_args_t call;       /* its fixed-size arguments */
-    size_t ssize, rsize;
     coll_plan_t plan;
 } plan_entry_t;
 
@@ -293,8 +289,7 @@ static bool plan_same_call(const zcopy_coll_args_t *x,
 }
 
 static bool plan_recall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                        const plan_reads_t *reads, zcopy_algo_t *al,
-                        coll_plan_t *p)
+                        const plan_reads_t *reads, coll_plan_t *p)
 {
     const struct zcopy_plan_memo *m = zc->plan_memo;
     uint64_t epoch;
@@ -308,8 +303,6 @@ static bool plan_recall(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         if (e->epoch == 0 || e->epoch != epoch ||
             !plan_same_call(&e->call, a, reads))
             continue;
-        al->ssize = e->ssize;
-        al->rsize = e->rsize;
         *p = e->plan;
         return true;
     }
@@ -338,8 +331,8 @@ static bool plan_memorable(const zcopy_coll_args_t *a,
 /* Keeps the plan just made, read with the registry's epoch @epoch: in
  * place of the same call's older plan, or of the oldest kept. */
 static void plan_keep(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                      const plan_reads_t *reads, const zcopy_algo_t *al,
-                      const coll_plan_t *p, uint64_t epoch)
+                      const plan_reads_t *reads, const coll_plan_t *p,
+                      uint64_t epoch)
 {
     struct zcopy_plan_memo *m = zc->plan_memo;
     plan_entry_t *e = NULL;
@@ -354,15 +347,13 @@ static void plan_keep(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
             e = &m->entry[i];
     if (e == NULL)
         e = &m->entry[m->next++ % PLAN_MEMO_ENTRIES];
-    *e = (plan_entry_t){ .epoch = epoch, .call = *a, .ssize = al->ssize,
-                         .rsize = al->rsize, .plan = *p };
+    *e = (plan_entry_t){ .epoch = epoch, .call = *a, .plan = *p };
 }
 
 /* --- planning ------------------------------------------------------------- */
 
-/* Fills @p with this rank's arguments and eligibility. */
 void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                     zcopy_algo_t *al, coll_plan_t *p)
+                     coll_plan_t *p)
 {
     const bool rooted = a->type == ZCOPY_COLL_GATHER ||
                         a->type == ZCOPY_COLL_GATHERV ||
@@ -400,14 +391,14 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         p->args.reason = REASON_NOTHING_ACTIVATED;
         return;
     }
-    if (plan_recall(zc, a, &reads, al, p))
+    if (plan_recall(zc, a, &reads, p))
         return;
     /* Read before the registry is asked: a change meanwhile leaves the
      * plan kept with an epoch that has already passed. */
     epoch = zcopy_registry_epoch();
-    al->ssize = reads.send_type ? zcopy_host.type_elem_bytes(a->stype) : 1;
-    al->rsize = reads.recv_type ? zcopy_host.type_elem_bytes(a->rtype) : 1;
-    if (al->ssize == 0 || al->rsize == 0) {
+    p->ssize = reads.send_type ? zcopy_host.type_elem_bytes(a->stype) : 1;
+    p->rsize = reads.recv_type ? zcopy_host.type_elem_bytes(a->rtype) : 1;
+    if (p->ssize == 0 || p->rsize == 0) {
         p->args.reason = REASON_DATATYPE;
         return;
     }
@@ -416,27 +407,27 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     case ZCOPY_COLL_REDUCE:
     case ZCOPY_COLL_REDUCE_SCATTER:
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-        plan_reduction(zc, a, al, p);
+        plan_reduction(zc, a, p);
         break;
     case ZCOPY_COLL_ALLGATHER:
     case ZCOPY_COLL_ALLGATHERV:
-        plan_allgather(zc, a, al, p);
+        plan_allgather(zc, a, p);
         break;
     case ZCOPY_COLL_BCAST:
-        plan_send(p, a->rbuf, a->rcount * al->rsize);
-        plan_recv(p, a->rbuf, a->rcount * al->rsize);
+        plan_send(p, a->rbuf, a->rcount * p->rsize);
+        plan_recv(p, a->rbuf, a->rcount * p->rsize);
         break;
     case ZCOPY_COLL_GATHER:
     case ZCOPY_COLL_GATHERV:
-        plan_gather(zc, a, al->ctl, al, p);
+        plan_gather(zc, a, p);
         break;
     case ZCOPY_COLL_SCATTER:
     case ZCOPY_COLL_SCATTERV:
-        plan_scatter(zc, a, al->ctl, al, p);
+        plan_scatter(zc, a, p);
         break;
     case ZCOPY_COLL_ALLTOALL:
     case ZCOPY_COLL_ALLTOALLV:
-        plan_alltoall(zc, a, al->ctl, al, p);
+        plan_alltoall(zc, a, p);
         break;
     default:
         break;
@@ -448,5 +439,5 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))
         p->args.reason = REASON_RECV_BUFFER;
     if (epoch != 0 && plan_memorable(a, &reads))
-        plan_keep(zc, a, &reads, al, p, epoch);
+        plan_keep(zc, a, &reads, p, epoch);
 }

@@ -3,8 +3,8 @@
  * give the core away when ranks outnumber cores, and keep the MPI
  * library's progress engine running either way (MPI's progress rule; and,
  * through that engine, zcopy's UCX worker, which a peer's emulated get or
- * put may need). Used by the control plane of a server (control.c) and by
- * that of a spanning communicator (span_plane.c).
+ * put may need). Used by the control plane of a server (server/control.c) and by
+ * that of a spanning communicator (span/plane.c).
  */
 #ifndef ZCOPY_COLL_WAIT_H
 #define ZCOPY_COLL_WAIT_H

@@ -1,8 +1,8 @@
 /* Per-communicator state: creation, lookup by MPI handle, statistics. */
 #include "comm.h"
 
-#include "coll/control.h"
-#include "coll/span.h"
+#include "coll/server/control.h"
+#include "coll/span/span.h"
 #include "ipc/ipc.h"
 
 #include <pthread.h>

@@ -41,7 +41,7 @@ typedef struct {
     hwloc_const_cpuset_t locality;/* those CPUs */
 } zcopy_topo_device_t;
 
-/* One rank's place, exchanged at communicator setup (coll/control.c) so
+/* One rank's place, exchanged at communicator setup (coll/server/control.c) so
  * that the server map needs no MPI call of its own. */
 typedef struct {
     uint64_t server[2];           /* zcopy_topo_server_t.id */
@@ -112,7 +112,7 @@ void zcopy_topo_rank_self(zcopy_topo_rank_t *rank);
 /* Prints this server's part of the map at ZCOPY_LOG_INFO, once per process
  * and only on the first process of its server, the first time it sees a
  * communicator that holds every process of its server. @ranks[r] is at
- * (const char *)@ranks + r * @stride (the hello records of control.c). */
+ * (const char *)@ranks + r * @stride (the hello records of coll/server/control.c). */
 void zcopy_topo_print_server_map(const char *scope, int comm_size,
                                  const zcopy_topo_rank_t *ranks,
                                  size_t stride);

@@ -13,7 +13,7 @@
  * Peers' remote keys need no message here: every spanning collective
  * carries the generation and packed key of the blocks under its buffers,
  * and a peer that sees a new generation unpacks the new key and drops the
- * old ones (coll/span.c). A deactivated block's key can no longer be in
+ * old ones (coll/span/span.c). A deactivated block's key can no longer be in
  * use: every spanning collective completes its transfers before it
  * returns, and deactivation happens between collectives.
  */

@@ -22,7 +22,7 @@
  * asan.supp, by library).
  *
  * `test_asan_ipc ucx` runs step 3 with coll_zcopy_transport=ucx: every
- * collective takes the spanning path (src/coll/span*.c), so UCX registers
+ * collective takes the spanning path (src/coll/span/), so UCX registers
  * the block, keys travel in the arrivals and the data moves by UCX get and
  * put, all under the sanitizers.
  *

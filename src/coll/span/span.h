@@ -6,12 +6,12 @@
  * transport=ucx). Inside a group a rank reaches its peers' activated
  * buffers through mappings, as in a server-only communicator; between
  * groups through UCX gets and puts on the same buffers, with the keys of
- * their blocks carried in every call's arrival. The algorithms (span_algo.c)
+ * their blocks carried in every call's arrival. The algorithms (algo.c)
  * move each byte between groups once where they can and then spread it
  * inside the group through mappings.
  *
  * Agreement and synchronisation go through the spanning control plane
- * (span_plane.c): inside a group, lines of a segment the group shares;
+ * (plane.c): inside a group, lines of a segment the group shares;
  * between groups, tagged UCX messages among the groups' leaders, one per
  * pair of leaders and round. Its waits progress Open MPI's engine and,
  * through it, the UCX worker, so a rank waiting in one still serves the
@@ -21,14 +21,17 @@
 #ifndef ZCOPY_COLL_SPAN_H
 #define ZCOPY_COLL_SPAN_H
 
-#include "path.h"
-#include "wait.h"
+#include "coll/path.h"
+#include "coll/wait.h"
+#include "coll/data.h"
+#include "ipc/ipc.h"
+#include "reduce/reduce.h"
 #include "topo/topo.h"
 #include "ucx/ucx.h"
 
 /* A rank's arrival: its arguments and the blocks under its buffers. */
 typedef struct {
-    zcopy_ctl_args_t args;
+    zcopy_plan_args_t args;
     zcopy_ucx_block_desc_t sblock; /* size 0 when the send extent is empty */
     zcopy_ucx_block_desc_t rblock;
     zcopy_ucx_block_desc_t xblock; /* its scratch, when the call uses it */
@@ -75,7 +78,7 @@ typedef struct zcopy_span {
     int max_group;                /* largest group's size */
     zcopy_ipc_peer_t **peers;     /* by rank: in this rank's group, else NULL */
     zcopy_ucx_ep_t **eps;         /* by rank: in another group, else NULL */
-    /* The control plane (span_plane.c). */
+    /* The control plane (plane.c). */
     int leader;                   /* this rank's group's first member */
     bool yield;                   /* its group outnumbers its cores */
     uint8_t *plane;               /* the segment the group shares */
@@ -146,7 +149,7 @@ static inline int zcopy_span_member(const zcopy_span_t *sp, int g, int i)
     return sp->members[sp->group_start[g] + i % zcopy_span_group_size(sp, g)];
 }
 
-/* --- control plane (span_plane.c) ---------------------------------------- */
+/* --- control plane (plane.c) ---------------------------------------- */
 
 /* Set-up, collective over the communicator once the groups are known
  * (span.c): the leader makes the group's segment, the others map it. A
@@ -173,7 +176,7 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const void *src, size_t len);
 
 /* A synchronisation of every rank: returns what they reported (@flags),
- * or-ed; ZCOPY_CTL_SYNC_BROKEN too if messages between servers failed. */
+ * or-ed; ZCOPY_SYNC_BROKEN too if messages between servers failed. */
 unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
                                unsigned flags);
 
@@ -246,7 +249,7 @@ static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
            m * ZCOPY_SPAN_DESC_STRIDE + at;
 }
 
-/* One spanning collective in flight (span_algo.c). */
+/* One spanning collective in flight (algo.c). */
 typedef struct {
     zcopy_comm_t *zc;
     zcopy_span_t *sp;

@@ -166,7 +166,7 @@ static zcopy_status_t span_agree(zcopy_comm_t *zc, zcopy_status_t st,
                                  const char *what, char *reason,
                                  size_t reason_len)
 {
-    int32_t ok = st, oks[ZCOPY_CTL_MAX_RANKS];
+    int32_t ok = st, oks[ZCOPY_COLL_MAX_RANKS];
 
     if (zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS) {
         snprintf(reason, reason_len, "setup agreement failed");
@@ -191,8 +191,8 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     zcopy_span_t *sp;
     zcopy_status_t st;
 
-    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
-        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
+    if (zc->size > ZCOPY_COLL_MAX_RANKS) { /* the same on every rank */
+        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_COLL_MAX_RANKS);
         return ZCOPY_ERR_UNSUPPORTED;
     }
     sp = span_alloc(zc->rank, zc->size);
@@ -423,7 +423,7 @@ bool zcopy_span_sync(zcopy_span_algo_t *sa)
 {
     zcopy_span_complete(sa);
     return zcopy_span_plane_sync(sa->zc, sa->sp, sa->failed
-                                                     ? ZCOPY_CTL_SYNC_FAILED
+                                                     ? ZCOPY_SYNC_FAILED
                                                      : 0) != 0;
 }
 
@@ -510,8 +510,8 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
  * peers in other groups need to reach them; only the plan when the
  * payloads ride along (@inline_total). */
 static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
-                          const coll_plan_t *plan, size_t elem,
-                          size_t inline_total, zcopy_span_desc_t *d)
+                          const coll_plan_t *plan, size_t inline_total,
+                          zcopy_span_desc_t *d)
 {
     size_t landing, scratch;
 
@@ -522,11 +522,11 @@ static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     /* Swapping blocks in place between servers needs a copy of one side
      * somewhere: not zero-copy, so the previous component does it. */
     if ((a->type == ZCOPY_COLL_ALLTOALL || a->type == ZCOPY_COLL_ALLTOALLV) &&
-        (d->args.flags & ZCOPY_CTL_IN_PLACE)) {
+        (d->args.flags & ZCOPY_PLAN_IN_PLACE)) {
         d->args.reason = REASON_SPAN_IN_PLACE;
         return;
     }
-    zcopy_span_needs(zc->span, a, elem, &landing, &scratch);
+    zcopy_span_needs(zc->span, a, plan->ssize, &landing, &scratch);
     if ((plan->slen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->sbuf,
                                                   plan->slen, &d->sblock)) ||
         (plan->rlen > 0 && !zcopy_ucx_blocks_find((uintptr_t)plan->rbuf,
@@ -581,12 +581,10 @@ void zcopy_span_wake(zcopy_comm_t *zc)
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_span_t *sp = zc->span;
-    zcopy_algo_t al = { .zc = zc, .a = a, .rank = zc->rank,
-                        .nranks = zc->size };
     zcopy_span_algo_t sa = { .zc = zc, .sp = sp, .a = a, .rank = zc->rank,
                              .nranks = zc->size,
                              .comp = ZCOPY_UCX_COMP_INIT };
-    const uint8_t *lines[ZCOPY_CTL_MAX_RANKS];
+    const uint8_t *lines[ZCOPY_COLL_MAX_RANKS];
     zcopy_span_payload_t pl = { .root = -1 };
     zcopy_span_desc_t mine;
     const void *src = NULL;
@@ -596,7 +594,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (a->type != ZCOPY_COLL_BARRIER && sp->calls++ < sp->idle_until)
         return zcopy_coll_fallback(zc, a->type, "no rank had memory "
                                    "activated at the last agreement");
-    zcopy_coll_plan(zc, a, &al, &plan);
+    zcopy_coll_plan(zc, a, &plan);
     if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
         plan.args.reason == REASON_NONE) { /* counts checked: none negative */
         size_t at = 0;
@@ -613,7 +611,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     pl.len = inline_total;
     if (!zcopy_span_payload_fits(sp, &pl))
         inline_total = pl.len = 0;
-    span_describe(zc, a, &plan, al.ssize, inline_total, &mine);
+    span_describe(zc, a, &plan, inline_total, &mine);
     /* A fact of the process, whatever the call: a barrier between idle
      * calls keeps the communicator idle. */
     if (!zcopy_registry_any_activated())
@@ -621,7 +619,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
-        span_exchange_sdispls(zc, sp, a, al.ssize) != MPI_SUCCESS)
+        span_exchange_sdispls(zc, sp, a, plan.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
                            "displacements failed");
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
@@ -649,8 +647,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zc->stats.zcopy_calls++;
     if (a->type == ZCOPY_COLL_BARRIER)
         return ZCOPY_SUCCESS; /* the arrival exchange was the barrier */
-    sa.ssize = al.ssize;
-    sa.rsize = al.rsize;
+    sa.ssize = plan.ssize;
+    sa.rsize = plan.rsize;
     if (span_algorithms[a->type](&sa) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL,
                            "%s: a rank could not reach a peer's memory; the "

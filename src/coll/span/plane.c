@@ -153,7 +153,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     const zcopy_cpus_t **cpus;
     /* On the stack: an allocation that fails must not keep a rank out of
      * the exchange below. */
-    plane_offer_t mine = { .fd = -1 }, offers[ZCOPY_CTL_MAX_RANKS];
+    plane_offer_t mine = { .fd = -1 }, offers[ZCOPY_COLL_MAX_RANKS];
     zcopy_status_t st = ZCOPY_SUCCESS;
     int fd = -1;
     void *p;
@@ -323,7 +323,7 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
 }
 
 /* One round: this rank enters it with @flags; returns the round's flags
- * (a sync's reports, or-ed), with ZCOPY_CTL_SYNC_BROKEN when the leaders'
+ * (a sync's reports, or-ed), with ZCOPY_SYNC_BROKEN when the leaders'
  * messages failed. */
 static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
                             unsigned flags)
@@ -346,7 +346,7 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     if (sp->rank != sp->leader) {
         while (atomic_load_explicit(&top->round, memory_order_acquire) < round)
             zcopy_wait_relax(&w, sp->leader);
-        return top->flags | (top->failed ? ZCOPY_CTL_SYNC_BROKEN : 0);
+        return top->flags | (top->failed ? ZCOPY_SYNC_BROKEN : 0);
     }
     for (int i = 1; i < gsize; i++) {
         const plane_line_t *line = plane_line(sp, 1 + i);
@@ -364,7 +364,7 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     top->flags = any;
     /* Release: members that see the round see the received arrivals. */
     atomic_store_explicit(&top->round, round, memory_order_release);
-    return any | (top->failed ? ZCOPY_CTL_SYNC_BROKEN : 0);
+    return any | (top->failed ? ZCOPY_SYNC_BROKEN : 0);
 }
 
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
@@ -384,7 +384,7 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
         plane_count(zc, 0, len);
     }
     return plane_round(zc, sp, true, declined ? PLANE_DECLINED : 0) &
-                   ZCOPY_CTL_SYNC_BROKEN
+                   ZCOPY_SYNC_BROKEN
                ? zcopy_error(ZCOPY_ERR_INTERNAL, "control messages between "
                              "servers failed")
                : ZCOPY_SUCCESS;
@@ -393,5 +393,5 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
 unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
                                unsigned flags)
 {
-    return plane_round(zc, sp, false, flags & ZCOPY_CTL_SYNC_MASK);
+    return plane_round(zc, sp, false, flags & ZCOPY_SYNC_MASK);
 }

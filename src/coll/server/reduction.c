@@ -25,7 +25,7 @@
 static bool map_all(zcopy_algo_t *al, bool send, size_t len, uint8_t **bufs)
 {
     for (int j = 0; j < al->nranks; j++) {
-        const zcopy_ctl_args_t *args = zcopy_algo_args(al, j);
+        const zcopy_plan_args_t *args = zcopy_algo_args(al, j);
         bufs[j] = zcopy_algo_at(al, j, send ? args->sbuf : args->rbuf, 0, len);
     }
     return !al->failed;
@@ -36,7 +36,7 @@ static bool map_all(zcopy_algo_t *al, bool send, size_t len, uint8_t **bufs)
 static void reduce_step(zcopy_algo_t *al, uint8_t *dst, uint8_t *const *ins,
                         int first, size_t offset, size_t count)
 {
-    const void *srcs[ZCOPY_CTL_MAX_RANKS];
+    const void *srcs[ZCOPY_COLL_MAX_RANKS];
     const int n = al->nranks;
 
     for (int k = 0; k < n; k++) {
@@ -124,9 +124,9 @@ static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,
 
 zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
 {
-    uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *outs[ZCOPY_CTL_MAX_RANKS];
+    uint8_t *ins[ZCOPY_COLL_MAX_RANKS], *outs[ZCOPY_COLL_MAX_RANKS];
     const size_t count = al->a->scount, bytes = count * al->ssize;
-    const bool in_place = zcopy_algo_args(al, 0)->flags & ZCOPY_CTL_IN_PLACE;
+    const bool in_place = zcopy_algo_args(al, 0)->flags & ZCOPY_PLAN_IN_PLACE;
     unsigned flags;
 
     if (count > 0 && map_all(al, true, bytes, ins) &&
@@ -139,18 +139,18 @@ zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
     flags = zcopy_algo_finish_flags(al);
     if (flags == 0)
         return ZCOPY_SUCCESS;
-    if (flags & ZCOPY_CTL_SYNC_BROKEN)
+    if (flags & ZCOPY_SYNC_BROKEN)
         return reduction_broken(al);
     return in_place ? repair_slices(al, count, -1) : ZCOPY_FALLBACK;
 }
 
 zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
 {
-    uint8_t *ins[ZCOPY_CTL_MAX_RANKS], *out;
+    uint8_t *ins[ZCOPY_COLL_MAX_RANKS], *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
     const bool small = bytes <= zcopy_config.small_msg;
-    const bool in_place = zcopy_algo_args(al, root)->flags & ZCOPY_CTL_IN_PLACE;
+    const bool in_place = zcopy_algo_args(al, root)->flags & ZCOPY_PLAN_IN_PLACE;
     size_t lo, hi, chunk = zcopy_chunk_elems(e);
     unsigned flags;
 
@@ -178,7 +178,7 @@ out:
     flags = zcopy_algo_finish_flags(al);
     if (flags == 0)
         return ZCOPY_SUCCESS;
-    if (flags & ZCOPY_CTL_SYNC_BROKEN)
+    if (flags & ZCOPY_SYNC_BROKEN)
         return reduction_broken(al);
     /* Small, only the root can have failed, before writing anything. */
     return in_place && !small ? repair_slices(al, count, root)
@@ -199,7 +199,7 @@ static zcopy_status_t repair_blocks(zcopy_algo_t *al)
 
     for (int q = 0; q < al->nranks; q++, displ += c) {
         const bool own_in_place = zcopy_algo_args(al, al->rank)->flags &
-                                  ZCOPY_CTL_IN_PLACE;
+                                  ZCOPY_PLAN_IN_PLACE;
         const uint8_t *in = own_in_place ? a->rbuf : a->sbuf;
 
         c = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[q]
@@ -226,11 +226,11 @@ static zcopy_status_t repair_blocks(zcopy_algo_t *al)
  * the front after the sync. */
 zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
 {
-    uint8_t *ins[ZCOPY_CTL_MAX_RANKS];
+    uint8_t *ins[ZCOPY_COLL_MAX_RANKS];
     const zcopy_coll_args_t *a = al->a;
     const int n = al->nranks, r = al->rank;
     const size_t e = al->ssize;
-    const bool in_place = zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE;
+    const bool in_place = zcopy_algo_args(al, r)->flags & ZCOPY_PLAN_IN_PLACE;
     size_t total = 0, displ = 0, own;
     zcopy_status_t st = ZCOPY_SUCCESS;
     unsigned flags;
@@ -253,7 +253,7 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
         }
     }
     flags = zcopy_algo_finish_flags(al);
-    if (flags & ZCOPY_CTL_SYNC_BROKEN)
+    if (flags & ZCOPY_SYNC_BROKEN)
         return reduction_broken(al);
     if (flags != 0) {
         if (!zcopy_algo_any_in_place(al))

@@ -74,7 +74,7 @@ static void alltoall_pull(zcopy_algo_t *al)
 static zcopy_status_t alltoall_swap(zcopy_algo_t *al)
 {
     const int n = al->nranks, r = al->rank;
-    uint8_t *rbuf = al->a->rbuf, *theirs[ZCOPY_CTL_MAX_RANKS];
+    uint8_t *rbuf = al->a->rbuf, *theirs[ZCOPY_COLL_MAX_RANKS];
     size_t off, len;
 
     for (int j = r + 1; j < n && !al->failed; j++) {
@@ -99,7 +99,7 @@ static zcopy_status_t alltoall_swap(zcopy_algo_t *al)
 
 zcopy_status_t zcopy_algo_alltoall(zcopy_algo_t *al)
 {
-    if (zcopy_algo_args(al, 0)->flags & ZCOPY_CTL_IN_PLACE)
+    if (zcopy_algo_args(al, 0)->flags & ZCOPY_PLAN_IN_PLACE)
         return alltoall_swap(al);
     alltoall_pull(al);
     return zcopy_algo_done(al);

@@ -11,8 +11,8 @@
 #ifndef ZCOPY_COLL_ALGO_H
 #define ZCOPY_COLL_ALGO_H
 
-#include "coll.h"
 #include "control.h"
+#include "coll/data.h"
 #include "reduce/reduce.h"
 
 #include <string.h>
@@ -33,7 +33,7 @@ typedef struct {
 typedef zcopy_status_t (*zcopy_algo_fn_t)(zcopy_algo_t *algo);
 
 /* The agreed arguments of @rank for this collective. */
-static inline const zcopy_ctl_args_t *zcopy_algo_args(const zcopy_algo_t *al,
+static inline const zcopy_plan_args_t *zcopy_algo_args(const zcopy_algo_t *al,
                                                       int rank)
 {
     return zcopy_ctl_args(al->ctl, rank, al->seq);
@@ -58,40 +58,6 @@ static inline uint8_t *zcopy_algo_at(zcopy_algo_t *al, int rank, uint64_t base,
     return p;
 }
 
-/* Reductions work this many bytes per step: the inputs of a step stay in
- * cache while the result is copied out to the peers. */
-#define ZCOPY_REDUCE_CHUNK (32u << 10)
-
-/* Elements per step: at least one, however large the datatype. */
-static inline size_t zcopy_chunk_elems(size_t elem)
-{
-    return elem >= ZCOPY_REDUCE_CHUNK ? 1 : ZCOPY_REDUCE_CHUNK / elem;
-}
-
-/* Elements [*lo, *hi) of @count that part @r of @n covers: parts start on
- * cache-line boundaries, so that ranks writing neighbouring parts never
- * share a line. */
-static inline void zcopy_slice(size_t count, size_t elem, int r, int n,
-                               size_t *lo, size_t *hi)
-{
-    size_t a = ZCOPY_CACHE_LINE, b = elem, unit, units;
-
-    while (b) { /* gcd: a slice unit is a whole number of lines */
-        size_t t = a % b;
-        a = b;
-        b = t;
-    }
-    unit = ZCOPY_CACHE_LINE / a;
-    units = (count + unit - 1) / unit;
-    *lo = units * (size_t)r / (size_t)n * unit;
-    *hi = units * (size_t)(r + 1) / (size_t)n * unit;
-    *lo = *lo < count ? *lo : count;
-    *hi = *hi < count ? *hi : count;
-}
-
-/* memcpy, with streaming stores from a length the caches decide (copy.c). */
-void zcopy_copy(void *dst, const void *src, size_t len);
-
 /* A copy where at least one side may be a peer's memory. */
 static inline void zcopy_algo_copy(zcopy_algo_t *al, void *dst,
                                    const void *src, size_t len, bool remote)
@@ -113,15 +79,15 @@ static inline bool zcopy_algo_finish(zcopy_algo_t *al)
 static inline unsigned zcopy_algo_finish_flags(zcopy_algo_t *al)
 {
     return zcopy_ctl_sync_flags(al->ctl,
-                                al->broken   ? ZCOPY_CTL_SYNC_BROKEN
-                                : al->failed ? ZCOPY_CTL_SYNC_FAILED : 0);
+                                al->broken   ? ZCOPY_SYNC_BROKEN
+                                : al->failed ? ZCOPY_SYNC_FAILED : 0);
 }
 
 /* Whether any rank's arguments of this collective were MPI_IN_PLACE. */
 static inline bool zcopy_algo_any_in_place(const zcopy_algo_t *al)
 {
     for (int r = 0; r < al->nranks; r++)
-        if (zcopy_algo_args(al, r)->flags & ZCOPY_CTL_IN_PLACE)
+        if (zcopy_algo_args(al, r)->flags & ZCOPY_PLAN_IN_PLACE)
             return true;
     return false;
 }

@@ -36,23 +36,16 @@
 #ifndef ZCOPY_COLL_CONTROL_H
 #define ZCOPY_COLL_CONTROL_H
 
-#include "comm/comm.h"
+#include "coll/path.h"
 #include "ipc/ipc.h"
 
 #include <assert.h>
 #include <stdatomic.h>
 
-typedef struct {
-    uint32_t reason;              /* REASON_NONE or why this rank is not */
-    uint32_t flags;               /* ZCOPY_CTL_IN_PLACE */
-    uint64_t sbuf;                /* effective send buffer (own address) */
-    uint64_t rbuf;
-} zcopy_ctl_args_t;
-
 /* An eligible rank's arguments for collective seq (written last). */
 typedef struct {
     _Atomic uint64_t seq;
-    zcopy_ctl_args_t args;
+    zcopy_plan_args_t args;
 } zcopy_ctl_record_t;
 
 /* A small collective's payload in the control plane: the tag (which says
@@ -83,7 +76,7 @@ typedef struct {
     uint8_t pad2[ZCOPY_CACHE_LINE - 8];
     _Atomic uint64_t reasons[ZCOPY_CTL_REASONS];
     /* Then the inline records [2] of inline_stride bytes, by parity like
-     * rec, and the vectors [2][ZCOPY_CTL_NVEC][nranks], in bytes. */
+     * rec, and the vectors [2][ZCOPY_PLAN_NVEC][nranks], in bytes. */
     uint8_t tail[];
 } zcopy_ctl_slot_t;
 static_assert(sizeof(zcopy_ctl_record_t) * 2 == ZCOPY_CACHE_LINE,
@@ -93,11 +86,6 @@ static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
 
 /* What zcopy_ctl_reason() answers when a peer's reason was overwritten. */
 #define ZCOPY_CTL_REASON_UNKNOWN 0xffu
-
-#define ZCOPY_CTL_IN_PLACE 0x1u
-
-#define ZCOPY_CTL_NVEC 3          /* vectors a rank may publish per call */
-#define ZCOPY_CTL_MAX_RANKS 1024  /* larger communicators fall back */
 
 typedef struct {
     uint64_t table_version;
@@ -161,7 +149,7 @@ static inline int64_t *zcopy_ctl_vector(const zcopy_ctl_t *ctl, int rank,
                                    2 * ctl->inline_stride);
 
     return vectors +
-           ((seq & 1) * ZCOPY_CTL_NVEC + (size_t)which) * (size_t)ctl->nranks;
+           ((seq & 1) * ZCOPY_PLAN_NVEC + (size_t)which) * (size_t)ctl->nranks;
 }
 
 /* Small collectives read the same peer buffers call after call: asking for
@@ -173,17 +161,6 @@ static inline void zcopy_ctl_prefetch_hints(const zcopy_ctl_t *ctl)
         if (ctl->hints[r] != NULL)
             __builtin_prefetch(ctl->hints[r], 0, 3);
 }
-
-/* The number the next collective will have. */
-static inline uint64_t zcopy_ctl_next(const zcopy_ctl_t *ctl)
-{
-    return ctl->seq + 1;
-}
-
-/* Before an eligible rank writes records or vectors of collective @seq:
- * waits until every peer has entered @seq - 1 (at once, unless this rank
- * declined a collective since it last saw them all). */
-void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq);
 
 /* Enters the next collective without being eligible: records @reason and
  * the arrival, and returns at once. Inline: it is all that a process with
@@ -201,11 +178,11 @@ static inline void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
 }
 
-/* Enters the next collective as eligible, with this rank's arguments
- * (and @nvectors vectors that planning wrote, for the counters); returns
- * its number. Claims it first. Peers may read the arguments from then on. */
-uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args,
-                           unsigned nvectors);
+/* Enters the next collective as eligible, with this rank's arguments and
+ * the vectors its plan names; returns its number. Claims it first (peers
+ * may still read the records and vectors of two collectives before).
+ * Peers may read all of them from then on. */
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const coll_plan_t *plan);
 
 /* Waits until every peer has entered collective @seq; returns the first
  * rank that was not eligible for it, or -1 when all were. */
@@ -221,18 +198,11 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
  * ZCOPY_CTL_REASON_UNKNOWN when it has since declined too many others. */
 uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq);
 
-static inline const zcopy_ctl_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
+static inline const zcopy_plan_args_t *zcopy_ctl_args(const zcopy_ctl_t *ctl,
                                                      int rank, uint64_t seq)
 {
     return &zcopy_ctl_slot(ctl, rank)->rec[seq & 1].args;
 }
-
-/* What a rank reports at a sync: it could not reach a peer's memory and
- * wrote nothing (FAILED), or it failed after writing (BROKEN). */
-#define ZCOPY_CTL_SYNC_FAILED 0x1u
-#define ZCOPY_CTL_SYNC_BROKEN 0x2u
-#define ZCOPY_CTL_SYNC_BITS 2
-#define ZCOPY_CTL_SYNC_MASK ((1u << ZCOPY_CTL_SYNC_BITS) - 1)
 
 /* A full synchronisation of the comm. Every rank passes the same syncs in
  * the same order; returns what the ranks reported, or-ed together. */
@@ -241,7 +211,7 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags);
 /* The same, true when any rank reported anything. */
 static inline bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
 {
-    return zcopy_ctl_sync_flags(ctl, failed ? ZCOPY_CTL_SYNC_FAILED : 0) != 0;
+    return zcopy_ctl_sync_flags(ctl, failed ? ZCOPY_SYNC_FAILED : 0) != 0;
 }
 
 /* Whether @rank reported FAILED at the sync this rank passed last: the
@@ -250,7 +220,7 @@ static inline bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
 static inline bool zcopy_ctl_failed_at_sync(const zcopy_ctl_t *ctl, int rank)
 {
     return atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,
-                                memory_order_acquire) & ZCOPY_CTL_SYNC_FAILED;
+                                memory_order_acquire) & ZCOPY_SYNC_FAILED;
 }
 
 /* This process's address of [addr, addr + len) of @rank's memory. */

@@ -4,7 +4,7 @@
  */
 #include "control.h"
 
-#include "wait.h"
+#include "coll/wait.h"
 #include "topo/topo.h"
 
 #include <errno.h>
@@ -47,7 +47,7 @@ static void ctl_wait_init(zcopy_wait_t *w, const zcopy_ctl_t *ctl,
 /* The ranks' affinities, for zcopy_wait_yields(). */
 static bool ctl_yields(const ctl_hello_t *all, int rank, int nranks)
 {
-    const zcopy_cpus_t *cpus[ZCOPY_CTL_MAX_RANKS];
+    const zcopy_cpus_t *cpus[ZCOPY_COLL_MAX_RANKS];
 
     for (int r = 0; r < nranks; r++)
         cpus[r] = &all[r].cpus;
@@ -56,7 +56,7 @@ static bool ctl_yields(const ctl_hello_t *all, int rank, int nranks)
 
 static int ctl_cpus_shared(const ctl_hello_t *all, int nranks)
 {
-    const zcopy_cpus_t *cpus[ZCOPY_CTL_MAX_RANKS];
+    const zcopy_cpus_t *cpus[ZCOPY_COLL_MAX_RANKS];
 
     for (int r = 0; r < nranks; r++)
         cpus[r] = &all[r].cpus;
@@ -81,7 +81,7 @@ size_t zcopy_ctl_inline_limit(bool yields)
 static void ctl_layout(zcopy_ctl_t *ctl, size_t inline_cap)
 {
     const size_t vec_bytes =
-        2 * ZCOPY_CTL_NVEC * (size_t)ctl->nranks * sizeof(int64_t);
+        2 * ZCOPY_PLAN_NVEC * (size_t)ctl->nranks * sizeof(int64_t);
 
     ctl->inline_stride = zcopy_align_up(sizeof(zcopy_ctl_inline_t) +
                                             inline_cap, ZCOPY_CACHE_LINE);
@@ -168,7 +168,7 @@ static zcopy_status_t access_apply(zcopy_comm_t *zc, const ctl_hello_t *all,
                                    uint64_t table_ino)
 {
     const zcopy_ipc_access_t access = access_agreed(all, zc->size);
-    int32_t ok, oks[ZCOPY_CTL_MAX_RANKS];
+    int32_t ok, oks[ZCOPY_COLL_MAX_RANKS];
     zcopy_status_t st = zcopy_ipc_access_use(access, table_ino);
 
     if (access != ZCOPY_IPC_ACCESS_SOCKET)
@@ -208,15 +208,15 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
                                 bool *spans, char *reason, size_t reason_len)
 {
     ctl_hello_t mine = { .segment_fd = -1 }, *all;
-    int32_t ok, oks[ZCOPY_CTL_MAX_RANKS]; /* on the stack: see below */
-    ctl_vote_t vote, votes[ZCOPY_CTL_MAX_RANKS];
+    int32_t ok, oks[ZCOPY_COLL_MAX_RANKS]; /* on the stack: see below */
+    ctl_vote_t vote, votes[ZCOPY_COLL_MAX_RANKS];
     zcopy_ctl_t *ctl = NULL;
     bool any_yields = false;
     zcopy_status_t st;
     int rc, other, failed;
 
-    if (zc->size > ZCOPY_CTL_MAX_RANKS) { /* the same on every rank */
-        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_CTL_MAX_RANKS);
+    if (zc->size > ZCOPY_COLL_MAX_RANKS) { /* the same on every rank */
+        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_COLL_MAX_RANKS);
         return ZCOPY_ERR_UNSUPPORTED;
     }
     /* A rank out of memory must still take part in every exchange, or the
@@ -360,7 +360,11 @@ out:
 
 /* --- per collective ------------------------------------------------------ */
 
-void zcopy_ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
+/* Before an eligible rank writes records or vectors of collective @seq:
+ * waits until every peer has entered @seq - 1, when they may still read
+ * those of @seq - 2 (at once, unless this rank declined a collective since
+ * it last saw them all). */
+static void ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
 {
     zcopy_wait_t w;
 
@@ -383,17 +387,28 @@ static inline void ctl_count(zcopy_ctl_t *ctl, size_t bytes)
     ctl->sent_bytes += bytes;
 }
 
-uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const zcopy_ctl_args_t *args,
-                           unsigned nvectors)
+uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const coll_plan_t *plan)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const uint64_t seq = ++ctl->seq;
     zcopy_ctl_record_t *rec = &own->rec[seq & 1];
+    unsigned nvectors = 0;
 
-    zcopy_ctl_claim(ctl, seq);
+    ctl_claim(ctl, seq);
+    for (int v = 0; v < ZCOPY_PLAN_NVEC; v++) {
+        const zcopy_plan_vector_t *src = &plan->vectors[v];
+        int64_t *dst;
+
+        if (src->elems == NULL)
+            continue;
+        dst = zcopy_ctl_vector(ctl, ctl->rank, seq, v);
+        for (int j = 0; j < ctl->nranks; j++)
+            dst[j] = (int64_t)src->elems[j] * (int64_t)src->scale;
+        nvectors++;
+    }
     ctl_count(ctl, sizeof(*rec) + sizeof(own->arrive) +
                        (size_t)nvectors * ctl->nranks * sizeof(int64_t));
-    rec->args = *args;
+    rec->args = plan->args;
     /* Release: peers that see the tag also see args and vectors. */
     atomic_store_explicit(&rec->seq, seq, memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
@@ -456,7 +471,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     const uint64_t seq = ++ctl->seq;
     zcopy_ctl_inline_t *line = zcopy_ctl_inline(ctl, ctl->rank, seq);
 
-    zcopy_ctl_claim(ctl, seq);
+    ctl_claim(ctl, seq);
     ctl_count(ctl, 2 * sizeof(uint64_t) + len);
     if (len > 0)
         memcpy(line->data, data, len);
@@ -479,22 +494,22 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     uint64_t target = ++ctl->syncs;
-    unsigned any = flags & ZCOPY_CTL_SYNC_MASK;
+    unsigned any = flags & ZCOPY_SYNC_MASK;
     zcopy_wait_t w;
 
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
     ctl_count(ctl, sizeof(own->sync));
     /* Release: every load and store this rank made on peers' buffers
      * happens before any peer passes this sync. */
-    atomic_store_explicit(&own->sync, target << ZCOPY_CTL_SYNC_BITS | any,
+    atomic_store_explicit(&own->sync, target << ZCOPY_SYNC_BITS | any,
                           memory_order_release);
     for (int r = 0; r < ctl->nranks; r++) {
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         uint64_t v;
         while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
-                ZCOPY_CTL_SYNC_BITS) < target)
+                ZCOPY_SYNC_BITS) < target)
             zcopy_wait_relax(&w, r);
-        any |= (unsigned)(v & ZCOPY_CTL_SYNC_MASK);
+        any |= (unsigned)(v & ZCOPY_SYNC_MASK);
     }
     return any;
 }

@@ -1,0 +1,46 @@
+/*
+ * How the algorithms of both paths move data: bulk copies, and the steps
+ * and slices in which ranks share a reduction or a copy.
+ */
+#ifndef ZCOPY_COLL_DATA_H
+#define ZCOPY_COLL_DATA_H
+
+#include "base/base.h"
+
+#include <stddef.h>
+
+/* memcpy, with streaming stores from a length the caches decide (copy.c). */
+void zcopy_copy(void *dst, const void *src, size_t len);
+
+/* Reductions work this many bytes per step: the inputs of a step stay in
+ * cache while the result is copied out to the peers. */
+#define ZCOPY_REDUCE_CHUNK (32u << 10)
+
+/* Elements per step: at least one, however large the datatype. */
+static inline size_t zcopy_chunk_elems(size_t elem)
+{
+    return elem >= ZCOPY_REDUCE_CHUNK ? 1 : ZCOPY_REDUCE_CHUNK / elem;
+}
+
+/* Elements [*lo, *hi) of @count that part @r of @n covers: parts start on
+ * cache-line boundaries, so that ranks writing neighbouring parts never
+ * share a line. */
+static inline void zcopy_slice(size_t count, size_t elem, int r, int n,
+                               size_t *lo, size_t *hi)
+{
+    size_t a = ZCOPY_CACHE_LINE, b = elem, unit, units;
+
+    while (b) { /* gcd: a slice unit is a whole number of lines */
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    unit = ZCOPY_CACHE_LINE / a;
+    units = (count + unit - 1) / unit;
+    *lo = units * (size_t)r / (size_t)n * unit;
+    *hi = units * (size_t)(r + 1) / (size_t)n * unit;
+    *lo = *lo < count ? *lo : count;
+    *hi = *hi < count ? *hi : count;
+}
+
+#endif
