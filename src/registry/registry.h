@@ -53,6 +53,12 @@ typedef struct {
  * activation may be seen either way, as by zcopy_registry_covers. */
 bool zcopy_registry_any_activated(void);
 
+/* Whether this process has ever had a range set (by the application or
+ * by the MPI_Alloc_mem pool): false only in a process that has never used
+ * zcopy, which no later activation can make eligible without first
+ * setting a range. */
+bool zcopy_registry_ever_used(void);
+
 /* The registry's change counter: every range set or unset, activation and
  * deactivation moves it, so an answer about buffers kept with it holds
  * while it stays; 0 before the first change. */

@@ -10,12 +10,13 @@
  * and unregisters what is gone, so every activated block is registered
  * from its activation until its deactivation.
  *
- * Peers' remote keys need no message here: every spanning collective
- * carries the generation and packed key of the blocks under its buffers,
- * and a peer that sees a new generation unpacks the new key and drops the
- * old ones (coll/span/span.c). A deactivated block's key can no longer be in
- * use: every spanning collective completes its transfers before it
- * returns, and deactivation happens between collectives.
+ * Peers' remote keys need no message here: a spanning collective's
+ * arrival names the blocks under its buffers (address, size, generation),
+ * and a peer that meets a generation it has no key for asks this process
+ * for it (zcopy_ucx_rkey_fetch, served in serve.c), unpacks it and drops
+ * the keys of the blocks it overlaps (ep.c). A deactivated block's key can
+ * no longer be in use: every spanning collective completes its transfers
+ * before it returns, and deactivation happens between collectives.
  */
 #include "ucx.h"
 
@@ -60,15 +61,13 @@ static bool registered(uint64_t gen)
     return false;
 }
 
-/* A block UCX cannot register, or whose key is too big for an arrival,
- * stays usable inside its server; spanning collectives on it fall back
- * ("buffer not inside one UCX-registered block"). It is said once, when
- * the block is activated, and not tried again. */
+/* A block UCX cannot register stays usable inside its server; spanning
+ * collectives on it fall back ("buffer not inside one UCX-registered
+ * block"). It is said once, when the block is activated, and not tried
+ * again. */
 static void register_block(const zcopy_block_t *b)
 {
     zcopy_ucx_mem_t *mem = NULL;
-    const void *rkey;
-    size_t rkey_len;
 
     if (!zcopy_array_reserve((void **)&ublocks.blocks, &ublocks.cap,
                              ublocks.nblocks, sizeof(*ublocks.blocks)))
@@ -79,16 +78,6 @@ static void register_block(const zcopy_block_t *b)
                   "across servers on it fall back", (void *)b->va, b->size,
                   zcopy_error_detail());
         mem = NULL;
-    } else {
-        zcopy_ucx_mem_packed_rkey(mem, &rkey, &rkey_len);
-        if (rkey_len > ZCOPY_UCX_RKEY_MAX) {
-            zcopy_log(ZCOPY_LOG_WARN, "ucx", "block [%p, +%zu): its remote "
-                      "key has %zu bytes, more than the %d an arrival "
-                      "carries; collectives across servers on it fall back",
-                      (void *)b->va, b->size, rkey_len, ZCOPY_UCX_RKEY_MAX);
-            zcopy_ucx_mem_unregister(mem);
-            mem = NULL;
-        }
     }
     ublocks.blocks[ublocks.nblocks++] = (ucx_block_t){
         .generation = b->generation, .va = b->va, .size = b->size, .mem = mem };
@@ -139,26 +128,20 @@ void zcopy_ucx_blocks_refresh(void)
 }
 
 bool zcopy_ucx_blocks_find(uintptr_t addr, size_t len,
-                           zcopy_ucx_block_desc_t *desc)
+                           zcopy_ucx_block_ref_t *ref)
 {
     bool found = false;
 
     pthread_mutex_lock(&ublocks.lock);
     for (size_t i = 0; i < ublocks.nblocks && !found; i++) {
         const ucx_block_t *b = &ublocks.blocks[i];
-        const void *rkey;
-        size_t rkey_len;
 
         if (!zcopy_range_inside(addr, len, b->va, b->size))
             continue;
         if (b->mem == NULL)
             break;
-        zcopy_ucx_mem_packed_rkey(b->mem, &rkey, &rkey_len);
-        desc->va = b->va;
-        desc->size = b->size;
-        desc->generation = b->generation;
-        desc->rkey_len = (uint32_t)rkey_len;
-        memcpy(desc->rkey, rkey, rkey_len);
+        *ref = (zcopy_ucx_block_ref_t){ .va = b->va, .size = b->size,
+                                        .generation = b->generation };
         found = true;
     }
     pthread_mutex_unlock(&ublocks.lock);

@@ -290,11 +290,12 @@ void zcopy_ucx_ep_put(zcopy_ucx_ep_t *ep)
 
 /* --- remote keys ---------------------------------------------------------- */
 
-/* Keys cached per endpoint. Every arrival carries the packed key of each
- * buffer, so the cache only saves unpacking: a bound keeps the blocks a peer
- * activated at ever new addresses (whose keys no new generation overlaps)
- * from piling up, and keeps each lookup short. A collective uses a few keys
- * per peer, so evicting the least recently used never takes one in use. */
+/* Keys cached per endpoint, fetched from the peer on a miss (arrivals name
+ * blocks without their keys). A bound keeps the blocks a peer activated at
+ * ever new addresses (whose keys no new generation overlaps) from piling
+ * up, and keeps each lookup short; an evicted key that is needed again is
+ * fetched again. A collective uses a few keys per peer, so evicting the
+ * least recently used never takes one in use. */
 #define ZCOPY_UCX_RKEYS_PER_EP 64
 
 static void rkeys_drop_locked(zcopy_ucx_ep_t *ep, const uint64_t *live,
@@ -338,6 +339,35 @@ static void evict_oldest_locked(zcopy_ucx_ep_t *ep)
     rkeys_drop_locked(ep, NULL, 0, &gen);
 }
 
+/* The cached key of generation @generation, which must still be
+ * [@va, +@size): true when cached (*@st says whether it matched). */
+static bool rkey_cached_locked(zcopy_ucx_ep_t *ep, uint64_t generation,
+                               uint64_t va, uint64_t size,
+                               zcopy_ucx_rkey_t **rkey_p, zcopy_status_t *st)
+{
+    for (size_t i = 0; i < ep->nrkeys; i++) {
+        zcopy_ucx_rkey_t *rkey = ep->rkeys[i];
+
+        if (rkey->generation != generation)
+            continue;
+        rkey->used = ++ep->rkey_clock;
+        if (rkey->va != va || rkey->size != size) {
+            *st = zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: generation "
+                              "%llu of pid %llu was [%#llx, +%llu), now "
+                              "[%#llx, +%llu)", (unsigned long long)generation,
+                              (unsigned long long)ep->key.pid,
+                              (unsigned long long)rkey->va,
+                              (unsigned long long)rkey->size,
+                              (unsigned long long)va, (unsigned long long)size);
+        } else {
+            *rkey_p = rkey;
+            *st = ZCOPY_SUCCESS;
+        }
+        return true;
+    }
+    return false;
+}
+
 zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
                                   const zcopy_ucx_remote_t *remote,
                                   zcopy_ucx_rkey_t **rkey_p)
@@ -353,25 +383,9 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: NULL or empty "
                            "argument");
     pthread_mutex_lock(&zcopy_ucx.lock);
-    for (size_t i = 0; i < ep->nrkeys; i++) {
-        rkey = ep->rkeys[i];
-        if (rkey->generation != remote->generation)
-            continue;
-        rkey->used = ++ep->rkey_clock;
-        if (rkey->va != remote->va || rkey->size != remote->size)
-            st = zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: generation "
-                             "%llu of pid %llu was [%#llx, +%llu), now "
-                             "[%#llx, +%llu)",
-                             (unsigned long long)remote->generation,
-                             (unsigned long long)ep->key.pid,
-                             (unsigned long long)rkey->va,
-                             (unsigned long long)rkey->size,
-                             (unsigned long long)remote->va,
-                             (unsigned long long)remote->size);
-        else
-            *rkey_p = rkey;
+    if (rkey_cached_locked(ep, remote->generation, remote->va, remote->size,
+                           rkey_p, &st))
         goto out;
-    }
 
     retire_overlaps_locked(ep, remote);
     if (ep->nrkeys >= ZCOPY_UCX_RKEYS_PER_EP)
@@ -409,6 +423,55 @@ zcopy_status_t zcopy_ucx_rkey_get(zcopy_ucx_ep_t *ep,
     *rkey_p = rkey;
 out:
     pthread_mutex_unlock(&zcopy_ucx.lock);
+    return st;
+}
+
+zcopy_status_t zcopy_ucx_rkey_fetch(zcopy_ucx_ep_t *ep,
+                                    const zcopy_ucx_block_ref_t *ref,
+                                    zcopy_ucx_rkey_t **rkey_p, bool *fetched)
+{
+    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    zcopy_status_t st, waited;
+    zcopy_ucx_remote_t remote;
+    uint8_t *packed;
+    size_t len;
+    bool cached;
+
+    if (fetched != NULL)
+        *fetched = false;
+    if (ep == NULL || ref == NULL || rkey_p == NULL || ref->size == 0)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: remote key: NULL or empty "
+                           "argument");
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    cached = rkey_cached_locked(ep, ref->generation, ref->va, ref->size,
+                                rkey_p, &st);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    if (cached)
+        return st;
+    packed = malloc(ZCOPY_UCX_RKEY_FETCH_MAX);
+    if (packed == NULL)
+        return zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
+    st = zcopy_ucx_key_ask(ep, ref->va, ref->size, packed,
+                           ZCOPY_UCX_RKEY_FETCH_MAX, &len, &comp);
+    /* Whatever was posted completes before its buffer goes. */
+    waited = zcopy_ucx_wait(&comp);
+    if (st == ZCOPY_SUCCESS && waited != ZCOPY_SUCCESS)
+        st = zcopy_error(waited, "ucx: the key of [%#llx, +%llu) from pid "
+                         "%llu: %s", (unsigned long long)ref->va,
+                         (unsigned long long)ref->size,
+                         (unsigned long long)ep->key.pid, zcopy_error_detail());
+    if (st == ZCOPY_SUCCESS) {
+        atomic_fetch_add_explicit(&zcopy_ucx.keys_fetched, 1,
+                                  memory_order_relaxed);
+        if (fetched != NULL)
+            *fetched = true;
+        remote = (zcopy_ucx_remote_t){ .va = ref->va, .size = ref->size,
+                                       .generation = ref->generation,
+                                       .packed_rkey = packed,
+                                       .packed_rkey_len = len };
+        st = zcopy_ucx_rkey_get(ep, &remote, rkey_p);
+    }
+    free(packed);
     return st;
 }
 

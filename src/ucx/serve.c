@@ -16,20 +16,34 @@
  * so no endpoint can close in between). A range outside every registration
  * is refused: answered with an empty message, which fails the reader's
  * receive.
+ *
+ * The same request asks for the packed remote key of a registration,
+ * which a peer fetches the first time it meets a block (ep.c): arrivals
+ * name blocks without their keys.
  */
 #include "ucx_int.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Tags of replies: the bit zcopy_ucx_tag_send/_recv refuse. */
 #define SERVE_TAG_BIT ZCOPY_UCX_TAG_RESERVED
 
+typedef enum {
+    SERVE_READ,                   /* [va, +len) of a registration */
+    SERVE_KEY                     /* the packed key of registration [va, +len) */
+} serve_what_t;
+
 typedef struct {
     uint64_t va;
     uint64_t len;
     uint64_t tag;
+    uint32_t what;                /* serve_what_t */
+    uint32_t reserved;
 } serve_request_t;
+static_assert(sizeof(serve_request_t) == ZCOPY_UCX_KEY_REQUEST_BYTES,
+              "what a key request costs, as the counters say");
 
 typedef struct {
     serve_request_t q;
@@ -39,7 +53,8 @@ typedef struct {
 /* A reader's receive: what it expects, for the completion to check. */
 typedef struct {
     zcopy_ucx_comp_t *comp;
-    uint64_t len;
+    uint64_t len;                 /* exactly this many bytes, or */
+    size_t *got;                  /* if not NULL: up to len, any but none */
 } serve_recv_t;
 
 /* Room for one more request in the queue. */
@@ -141,20 +156,65 @@ static zcopy_ucx_mem_t *serve_registration(uint64_t va, uint64_t len)
     return NULL;
 }
 
-static void serve_one_locked(const serve_queued_t *e)
+static zcopy_ucx_mem_t *serve_registration_exactly(uint64_t va, uint64_t len)
+{
+    for (zcopy_ucx_mem_t *m = zcopy_ucx.mems; m != NULL; m = m->next)
+        if (m->va == va && m->size == len)
+            return m;
+    return NULL;
+}
+
+/* The packed key of a registration, sent from the registration's own
+ * buffer: counted in its serving, so it stays until the send is done. */
+static void serve_key_locked(const serve_queued_t *e)
 {
     const serve_request_t *q = &e->q;
-    zcopy_ucx_mem_t *m = serve_registration(q->va, q->len);
+    zcopy_ucx_mem_t *m = serve_registration_exactly(q->va, q->len);
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                        UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_MEMH,
+                        UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.send      = serve_sent,
         .user_data    = m,
     };
     ucs_status_ptr_t request;
 
     if (m == NULL) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for the key of "
+                  "[%#llx, +%llu), which is not a registration: refused",
+                  (unsigned long long)q->va, (unsigned long long)q->len);
+        serve_refuse(e->reply_ep, q->tag);
+        return;
+    }
+    request = ucp_tag_send_nbx(e->reply_ep, m->packed_rkey,
+                               m->packed_rkey_len, q->tag, &param);
+    if (UCS_PTR_IS_ERR(request)) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "sending a key: %s: refused",
+                  ucs_status_string(UCS_PTR_STATUS(request)));
+        serve_refuse(e->reply_ep, q->tag);
+    } else if (request != NULL) {
+        m->serving++;
+    }
+}
+
+static void serve_one_locked(const serve_queued_t *e)
+{
+    const serve_request_t *q = &e->q;
+    zcopy_ucx_mem_t *m;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_MEMH,
+        .cb.send      = serve_sent,
+    };
+    ucs_status_ptr_t request;
+
+    if (q->what == SERVE_KEY) {
+        serve_key_locked(e);
+        return;
+    }
+    m = serve_registration(q->va, q->len);
+    param.user_data = m;
+    if (q->what != SERVE_READ || m == NULL) {
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for [%#llx, +%llu), "
                   "which no registration holds: refused",
                   (unsigned long long)q->va, (unsigned long long)q->len);
@@ -209,7 +269,9 @@ static void read_arrived(void *request, ucs_status_t status,
     serve_recv_t *r = user_data;
     zcopy_ucx_comp_t *comp = r->comp;
 
-    if (status == UCS_OK && info->length != r->len)
+    if (r->got != NULL && status == UCS_OK && info->length > 0)
+        *r->got = info->length;
+    else if (status == UCS_OK && (r->got != NULL || info->length != r->len))
         status = UCS_ERR_INVALID_ADDR; /* refused by the target */
     if (status != UCS_OK && comp->failure == 0)
         comp->failure = status;
@@ -241,9 +303,12 @@ static void request_sent(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
-                              zcopy_ucx_rkey_t *rkey, size_t len,
-                              zcopy_ucx_comp_t *comp)
+/* Sends request @q (its tag set here) to @ep's peer and posts the receive
+ * of its answer into [@buf, +@cap): exactly @cap bytes, or with @got any
+ * nonzero number up to @cap, stored there. Both count into @comp. */
+static zcopy_status_t serve_ask(zcopy_ucx_ep_t *ep, serve_request_t q,
+                                void *buf, size_t cap, size_t *got,
+                                zcopy_ucx_comp_t *comp)
 {
     ucp_request_param_t rparam = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -263,39 +328,30 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
     zcopy_status_t st;
     ucp_ep_h handle;
 
-    if (ep == NULL || rkey == NULL || comp == NULL || (local == NULL && len))
-        return zcopy_error(ZCOPY_ERR_ARG, "ucx: read: NULL argument");
-    if (len == 0)
-        return ZCOPY_SUCCESS;
-    /* Checked here too: a refused request costs a round trip and a log. */
-    if (rkey->ep != ep || !zcopy_range_inside(remote, len, rkey->va, rkey->size))
-        return zcopy_error(ZCOPY_ERR_RANGE, "ucx: read: [%#llx, +%zu) is not "
-                           "inside the peer's block", (unsigned long long)remote,
-                           len);
     r = malloc(sizeof(*r));
     sd = malloc(sizeof(*sd));
     if (r == NULL || sd == NULL) {
         free(r);
         free(sd);
-        return zcopy_error(ZCOPY_ERR_NOMEM, "ucx: read: out of memory");
+        return zcopy_error(ZCOPY_ERR_NOMEM, "ucx: request: out of memory");
     }
-    *r = (serve_recv_t){ .comp = comp, .len = len };
-    *sd = (serve_send_t){ .comp = comp, .q = { .va = remote, .len = len } };
+    *r = (serve_recv_t){ .comp = comp, .len = cap, .got = got };
+    *sd = (serve_send_t){ .comp = comp, .q = q };
     rparam.user_data = r;
     sparam.user_data = sd;
 
     pthread_mutex_lock(&zcopy_ucx.lock);
     st = zcopy_ucx.state == UCX_STATE_LIVE
              ? zcopy_ucx_ep_handle_locked(ep, &handle)
-             : zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: read: no worker");
+             : zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: request: no worker");
     if (st != ZCOPY_SUCCESS)
         goto out;
     sd->q.tag = SERVE_TAG_BIT | ++zcopy_ucx.read_tags;
-    recv = ucp_tag_recv_nbx(zcopy_ucx.worker, local, len, sd->q.tag,
+    recv = ucp_tag_recv_nbx(zcopy_ucx.worker, buf, cap, sd->q.tag,
                             ZCOPY_UCX_TAG_MASK_ALL, &rparam);
     if (UCS_PTR_IS_ERR(recv)) {
-        st = zcopy_ucx_error(UCS_PTR_STATUS(recv), "ucx: read of %zu bytes "
-                             "from pid %llu", len,
+        st = zcopy_ucx_error(UCS_PTR_STATUS(recv), "ucx: receiving %zu "
+                             "bytes from pid %llu", cap,
                              (unsigned long long)ep->key.pid);
         goto out;
     }
@@ -308,7 +364,7 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
                               sizeof(sd->q), NULL, 0, &sparam);
     if (UCS_PTR_IS_ERR(request)) {
         /* Nobody will answer: the receive completes as cancelled. */
-        st = zcopy_ucx_error(UCS_PTR_STATUS(request), "ucx: read request to "
+        st = zcopy_ucx_error(UCS_PTR_STATUS(request), "ucx: request to "
                              "pid %llu", (unsigned long long)ep->key.pid);
         if (recv != NULL)
             ucp_request_cancel(zcopy_ucx.worker, recv);
@@ -318,11 +374,43 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
         sd = NULL;                /* the send owns it now */
         comp->pending++;
     }
-    comp->bytes += len;
-    atomic_fetch_add_explicit(&zcopy_ucx.bytes, len, memory_order_relaxed);
 out:
     pthread_mutex_unlock(&zcopy_ucx.lock);
     free(r);
     free(sd);
     return st;
+}
+
+zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
+                              zcopy_ucx_rkey_t *rkey, size_t len,
+                              zcopy_ucx_comp_t *comp)
+{
+    const serve_request_t q = { .va = remote, .len = len, .what = SERVE_READ };
+    zcopy_status_t st;
+
+    if (ep == NULL || rkey == NULL || comp == NULL || (local == NULL && len))
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: read: NULL argument");
+    if (len == 0)
+        return ZCOPY_SUCCESS;
+    /* Checked here too: a refused request costs a round trip and a log. */
+    if (rkey->ep != ep || !zcopy_range_inside(remote, len, rkey->va, rkey->size))
+        return zcopy_error(ZCOPY_ERR_RANGE, "ucx: read: [%#llx, +%zu) is not "
+                           "inside the peer's block", (unsigned long long)remote,
+                           len);
+    st = serve_ask(ep, q, local, len, NULL, comp);
+    if (st != ZCOPY_SUCCESS)
+        return st;
+    comp->bytes += len;
+    atomic_fetch_add_explicit(&zcopy_ucx.bytes, len, memory_order_relaxed);
+    return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_ucx_key_ask(zcopy_ucx_ep_t *ep, uint64_t va,
+                                 uint64_t size, void *buf, size_t cap,
+                                 size_t *len_p, zcopy_ucx_comp_t *comp)
+{
+    const serve_request_t q = { .va = va, .len = size, .what = SERVE_KEY };
+
+    *len_p = 0;
+    return serve_ask(ep, q, buf, cap, len_p, comp);
 }

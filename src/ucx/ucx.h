@@ -77,6 +77,7 @@ typedef struct {
     size_t nrkeys;                /* unpacked remote keys, all endpoints */
     size_t nmems;                 /* registrations */
     uint64_t bytes;               /* bytes moved by gets and puts, ever */
+    uint64_t keys_fetched;        /* remote keys asked of peers, ever */
 } zcopy_ucx_counts_t;
 
 /* --- context and worker --------------------------------------------------- */
@@ -161,6 +162,29 @@ void zcopy_ucx_mem_packed_rkey(const zcopy_ucx_mem_t *mem,
 
 /* --- remote keys ---------------------------------------------------------- */
 
+/* A registered block of a peer as the peer names it in a collective's
+ * arrival: where it lies and which activation. Its key is not carried:
+ * zcopy_ucx_rkey_fetch() asks the peer for it on first use. */
+typedef struct {
+    uint64_t va;
+    uint64_t size;                /* 0: no block */
+    uint64_t generation;          /* unique per registration in its owner */
+} zcopy_ucx_block_ref_t;
+
+/* Bytes a fetched packed key may have, and what asking for one sends. */
+#define ZCOPY_UCX_RKEY_FETCH_MAX 4096
+#define ZCOPY_UCX_KEY_REQUEST_BYTES 32
+
+/* The remote key of @ref's block on @ep: from the endpoint's cache, else
+ * asked of the peer (one active message, answered from the peer's progress
+ * with the packed key of its registration [va, +size), which exists while
+ * the peer is inside the collective that named it), then unpacked and
+ * cached as zcopy_ucx_rkey_get() does. *@fetched, if given, says whether
+ * the peer was asked. */
+zcopy_status_t zcopy_ucx_rkey_fetch(zcopy_ucx_ep_t *ep,
+                                    const zcopy_ucx_block_ref_t *ref,
+                                    zcopy_ucx_rkey_t **rkey_p, bool *fetched);
+
 /* The remote key of @remote's block on @ep: unpacked on first use, then
  * cached by generation until forgotten or the endpoint closes. Unpacking a
  * new generation first destroys the cached keys of blocks it overlaps:
@@ -238,18 +262,6 @@ zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
 /* --- activated blocks (blocks.c) ---------------------------------------- */
 
 #define ZCOPY_UCX_MAX_BLOCKS 1024   /* as many as a process may activate */
-#define ZCOPY_UCX_RKEY_MAX 96       /* larger packed keys: no spanning path */
-
-/* An activated block of this process as its peers need it: sent inside
- * every spanning collective's arrival, so it is flat and fixed-size. */
-typedef struct {
-    uint64_t va;
-    uint64_t size;
-    uint64_t generation;          /* the registry's, unique per activation */
-    uint32_t rkey_len;
-    uint32_t reserved;
-    uint8_t rkey[ZCOPY_UCX_RKEY_MAX];
-} zcopy_ucx_block_desc_t;
 
 /* Starts UCX if needed and registers every activated block; from then on
  * zcopy_ucx_blocks_refresh() keeps the registrations equal to the
@@ -262,9 +274,9 @@ zcopy_status_t zcopy_ucx_blocks_start(void);
 void zcopy_ucx_blocks_refresh(void);
 
 /* The registered block holding all of [@addr, +@len): false when there is
- * none (not activated, spanning two blocks, not registered, key too big). */
+ * none (not activated, spanning two blocks, not registered). */
 bool zcopy_ucx_blocks_find(uintptr_t addr, size_t len,
-                           zcopy_ucx_block_desc_t *desc);
+                           zcopy_ucx_block_ref_t *ref);
 
 void zcopy_ucx_counts(zcopy_ucx_counts_t *counts);
 

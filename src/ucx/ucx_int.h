@@ -72,6 +72,7 @@ typedef struct {
     size_t serve_cap, serve_queued;
     uint64_t read_tags;           /* this process's reads, for their tags */
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
+    _Atomic uint64_t keys_fetched;
 } zcopy_ucx_state_t;
 
 extern zcopy_ucx_state_t zcopy_ucx;
@@ -92,6 +93,13 @@ zcopy_status_t zcopy_ucx_serve_init_locked(void);
 unsigned zcopy_ucx_worker_progress_locked(void);
 void zcopy_ucx_serve_locked(void);
 void zcopy_ucx_serve_cleanup_locked(void);
+
+/* Asks @ep's peer for the packed key of its registration [@va, +@size):
+ * it lands in [@buf, +@cap), *@len_p bytes, when @comp completes (serve.c;
+ * a refusal fails @comp). */
+zcopy_status_t zcopy_ucx_key_ask(zcopy_ucx_ep_t *ep, uint64_t va,
+                                 uint64_t size, void *buf, size_t cap,
+                                 size_t *len_p, zcopy_ucx_comp_t *comp);
 
 /* After a poll that found @events: nothing (again) means a pause that
  * grows into yielding the processor, since the peer we wait for may need

@@ -41,6 +41,11 @@ endif()
 zcopy_mpi_executable(test_span_plane)
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np4 TARGET test_span_plane
                    NP 4 MCA coll_zcopy_virtual_servers=2 LABELS span)
+# The same where the first range of every process is set on MPI_COMM_SELF
+# while the communicator skips its rounds, and a barrier ends the skip.
+zcopy_add_mpi_test(NAME mpi.span_plane.wake_elsewhere.np4 TARGET test_span_plane
+                   NP 4 MCA coll_zcopy_virtual_servers=2 ARGS wake=elsewhere
+                   LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers4.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=4 LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane

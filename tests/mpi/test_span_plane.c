@@ -18,8 +18,13 @@
 
 #define CALLS 50
 /* The largest record a rank may send per round in these calls: one
- * arrival, with 8 bytes of payload for the allreduce. */
-#define RECORD_MAX 512
+ * arrival, with 8 bytes of payload for the allreduce. An arrival names
+ * the blocks under its buffers without their keys (two cache lines in
+ * all), so it stays this small whatever the keys of the transport. */
+#define RECORD_MAX 128
+/* What a leader's message to another server carries per rank of its own
+ * at most: the rank's place (a record's cache lines) and payload slot. */
+#define SHARE_MAX 256
 
 typedef struct {
     unsigned long long msgs, bytes;
@@ -76,17 +81,19 @@ static void measure(MPI_Comm comm, MPI_Comm peers, void (*run)(MPI_Comm),
 
 static void check(const layout_t *l, const sent_t *all, const char *what)
 {
-    unsigned long long record = 0;
+    unsigned long long record = 0, record_max = RECORD_MAX;
 
     /* Every rank's record is the same size: take a non-leader's, or a
      * leader's share when every rank leads. */
     for (int r = 0; r < l->nranks && record == 0; r++)
         if (r % l->per != 0)
             record = all[r].bytes / CALLS;
-    if (record == 0)
-        record = all[0].bytes / CALLS / l->ngroups; /* checked below */
-    ZT_CHECK(record > 0 && record <= RECORD_MAX, "%s: a record of %llu "
-             "bytes, expected 1 to %d", what, record, RECORD_MAX);
+    if (record == 0) { /* checked below */
+        record = all[0].bytes / CALLS / l->ngroups;
+        record_max = SHARE_MAX;
+    }
+    ZT_CHECK(record > 0 && record <= record_max, "%s: a record of %llu "
+             "bytes, expected 1 to %llu", what, record, record_max);
     for (int r = 0; r < l->nranks; r++) {
         const bool leader = r % l->per == 0;
         const unsigned long long others = (unsigned long long)l->ngroups - 1;
@@ -95,7 +102,7 @@ static void check(const layout_t *l, const sent_t *all, const char *what)
          * records: linear in the servers, never in all the ranks. */
         const unsigned long long most =
             record + (leader ? others * (unsigned long long)group_size(l, r) *
-                                   RECORD_MAX
+                                   SHARE_MAX
                              : 0);
 
         ZT_CHECK(all[r].msgs == CALLS * msgs, "%s: rank %d (%s) sent %llu "
@@ -141,12 +148,14 @@ static void run_fallback(MPI_Comm comm)
  * IDLE_ROUNDS_MAX rounds where there used to be one per call, barriers
  * (one round each, zcopy's own) in between. Then, after
  * MPIX_Comm_set_memory_range on the same communicator and an activation,
- * the very next call is zero-copy. */
+ * the very next call is zero-copy; or, with @wake_elsewhere, after the
+ * process's first range is set and activated on MPI_COMM_SELF, the first
+ * call after a barrier on the idle communicator is. */
 #define IDLE_CALLS 200
 #define IDLE_ROUNDS_MAX 10
 #define IDLE_BARRIER_EVERY 10
 
-static void check_idle(const layout_t *l, int rank)
+static void check_idle(const layout_t *l, int rank, bool wake_elsewhere)
 {
     MPIX_Zcopy_stats s0, s1;
     unsigned long long rounds;
@@ -188,21 +197,131 @@ static void check_idle(const layout_t *l, int rank)
              (unsigned long long)(s1.ctl_msgs - s0.ctl_msgs),
              IDLE_ROUNDS_MAX);
 
-    zt_arena_init(&arena, idle, 1 << 16);
+    zt_arena_init(&arena, wake_elsewhere ? MPI_COMM_SELF : idle, 1 << 16);
     ain = zt_arena_alloc(&arena, &used, sizeof(in));
     aout = zt_arena_alloc(&arena, &used, sizeof(out));
     ain[0] = ain[1] = rank;
+    if (wake_elsewhere)
+        MPI_Barrier(idle);
     s0 = zt_stats(idle);
     MPI_Allreduce(ain, aout, 2, MPI_INT32_T, MPI_SUM, idle);
     s1 = zt_stats(idle);
-    ZT_CHECK(s1.zcopy_calls == s0.zcopy_calls + 1, "the call after "
-             "set_memory_range on an idle communicator was not zero-copy: "
-             "%s", s1.last_fallback_reason);
+    ZT_CHECK(s1.zcopy_calls == s0.zcopy_calls + 1, "the call after %s on "
+             "an idle communicator was not zero-copy: %s",
+             wake_elsewhere ? "a range set elsewhere and a barrier"
+                            : "set_memory_range",
+             s1.last_fallback_reason);
     ZT_CHECK(aout[0] == l->nranks * (l->nranks - 1) / 2, "allreduce after "
              "waking: %d, expected %d", aout[0],
              l->nranks * (l->nranks - 1) / 2);
     zt_arena_fini(&arena);
     MPI_Comm_free(&idle);
+}
+
+/* A process that has set a range (here on MPI_COMM_SELF, not activated
+ * yet) is never idle: after many calls on another communicator that fall
+ * back because no buffer is activated, the first call on memory it then
+ * activates is zero-copy. (A skip as for a process that never used zcopy
+ * would make it fall back until the skip ran out.) */
+static void check_range_first(const layout_t *l, int rank)
+{
+    const zcopy_mem_prop_t prop = { .kind = ZCOPY_MEM_HOST, .device = -1 };
+    int32_t in[2] = { rank, rank }, out[2], *ain, *aout;
+    zcopy_mem_handle_t handle;
+    MPIX_Zcopy_stats s0, s1;
+    size_t gran, size;
+    MPI_Comm comm;
+    void *base;
+
+    ZT_CHECK(zcopy_mem_granularity(&prop, &gran) == ZCOPY_SUCCESS,
+             "granularity: %s", zcopy_mem_last_error());
+    size = gran;
+    ZT_CHECK(zcopy_mem_reserve(&base, size, 0, NULL, 0) == ZCOPY_SUCCESS,
+             "reserve: %s", zcopy_mem_last_error());
+    ZT_CHECK(MPIX_Comm_set_memory_range(MPI_COMM_SELF, base, size, 0, 0) ==
+                 MPI_SUCCESS, "set_memory_range on MPI_COMM_SELF failed");
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    for (int i = 0; i < IDLE_CALLS; i++)
+        MPI_Allreduce(in, out, 2, MPI_INT32_T, MPI_SUM, comm);
+    ZT_CHECK(zcopy_mem_create(&handle, size, &prop, 0) == ZCOPY_SUCCESS &&
+                 zcopy_mem_map(base, size, 0, handle, 0) == ZCOPY_SUCCESS &&
+                 MPIX_Comm_activate_memory(MPI_COMM_SELF, base, size, 0,
+                                           handle, 0) == MPI_SUCCESS,
+             "activation: %s", zcopy_mem_last_error());
+    ain = base;
+    aout = ain + 16;
+    ain[0] = ain[1] = rank;
+    s0 = zt_stats(comm);
+    MPI_Allreduce(ain, aout, 2, MPI_INT32_T, MPI_SUM, comm);
+    s1 = zt_stats(comm);
+    ZT_CHECK(s1.zcopy_calls == s0.zcopy_calls + 1, "range set, %d calls on "
+             "plain buffers, then an activation: the next call was not "
+             "zero-copy: %s", IDLE_CALLS, s1.last_fallback_reason);
+    ZT_CHECK(aout[0] == l->nranks * (l->nranks - 1) / 2, "allreduce after "
+             "the activation: %d, expected %d", aout[0],
+             l->nranks * (l->nranks - 1) / 2);
+    MPI_Comm_free(&comm);
+    ZT_CHECK(MPIX_Comm_deactivate_memory(MPI_COMM_SELF, base) ==
+                     MPI_SUCCESS &&
+                 zcopy_mem_unmap(base) == ZCOPY_SUCCESS &&
+                 zcopy_mem_free(handle) == ZCOPY_SUCCESS &&
+                 MPIX_Comm_unset_memory_range(MPI_COMM_SELF, base) ==
+                     MPI_SUCCESS &&
+                 zcopy_mem_release(base) == ZCOPY_SUCCESS,
+             "teardown: %s", zcopy_mem_last_error());
+}
+
+/* Keys travel once per peer and block, not per call: over calls of an
+ * allreduce too large to ride with its arrival, which reads peers' blocks
+ * between servers, a rank that leads no server sends per call one arrival
+ * of @arrival bytes and 4 bytes per further round (its syncs), and any
+ * key it asks a peer for is one message of 32 bytes more. Counted from
+ * the second call: the first fetches the keys. */
+#define BIG_COUNT (64 << 10)
+#define BIG_CALLS 10
+
+static void check_keys_once(const layout_t *l, int rank, size_t arrival)
+{
+    unsigned long long msgs, bytes, fetched;
+    MPIX_Zcopy_stats s0, s1;
+    size_t used = 0;
+    zt_arena_t big;
+    int32_t *in, *out;
+
+    zt_arena_init(&big, MPI_COMM_WORLD, 2 * BIG_COUNT * sizeof(int32_t));
+    in = zt_arena_alloc(&big, &used, BIG_COUNT * sizeof(int32_t));
+    out = zt_arena_alloc(&big, &used, BIG_COUNT * sizeof(int32_t));
+    for (int i = 0; i < BIG_COUNT; i++)
+        in[i] = rank + i;
+    MPI_Allreduce(in, out, BIG_COUNT, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD);
+    s0 = zt_stats(MPI_COMM_WORLD);
+    for (int c = 0; c < BIG_CALLS; c++)
+        MPI_Allreduce(in, out, BIG_COUNT, MPI_INT32_T, MPI_SUM,
+                      MPI_COMM_WORLD);
+    s1 = zt_stats(MPI_COMM_WORLD);
+    ZT_CHECK(s1.zcopy_calls - s0.zcopy_calls == BIG_CALLS &&
+                 s1.inline_calls == s0.inline_calls,
+             "%d allreduces of %d ints: %llu zero-copy, %llu inline (%s)",
+             BIG_CALLS, BIG_COUNT,
+             (unsigned long long)(s1.zcopy_calls - s0.zcopy_calls),
+             (unsigned long long)(s1.inline_calls - s0.inline_calls),
+             s1.last_fallback_reason);
+    ZT_CHECK(out[BIG_COUNT - 1] == l->nranks * (l->nranks - 1) / 2 +
+                                       l->nranks * (BIG_COUNT - 1),
+             "allreduce of %d ints: %d at the end", BIG_COUNT,
+             out[BIG_COUNT - 1]);
+    msgs = s1.ctl_msgs - s0.ctl_msgs;
+    bytes = s1.ctl_bytes - s0.ctl_bytes;
+    if (rank % l->per != 0 && msgs >= BIG_CALLS) {
+        /* bytes = calls * arrival + 4 * (msgs - calls - keys) + 32 * keys */
+        fetched = (bytes - BIG_CALLS * arrival - 4 * (msgs - BIG_CALLS)) / 28;
+        ZT_CHECK(bytes >= BIG_CALLS * arrival + 4 * (msgs - BIG_CALLS) &&
+                     fetched == 0,
+                 "rank %d: %llu control messages and %llu bytes in %d "
+                 "allreduces after the first: %llu keys asked again",
+                 rank, msgs, bytes, BIG_CALLS, fetched);
+    }
+    zt_arena_fini(&big);
 }
 
 int main(int argc, char **argv)
@@ -219,8 +338,9 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_dup(MPI_COMM_WORLD, &peers);
     l = layout_of(nranks);
-    /* First, while nothing is activated anywhere. */
-    check_idle(&l, rank);
+    /* First, while no range was ever set anywhere. */
+    check_idle(&l, rank, argc > 1 && strcmp(argv[1], "wake=elsewhere") == 0);
+    check_range_first(&l, rank);
     zt_arena_init(&arena, MPI_COMM_WORLD, 1 << 16);
     tiny_in = zt_arena_alloc(&arena, &used, 2 * sizeof(int32_t));
     tiny_out = zt_arena_alloc(&arena, &used, 2 * sizeof(int32_t));
@@ -238,6 +358,9 @@ int main(int argc, char **argv)
     check(&l, all, "barrier");
     measure(MPI_COMM_WORLD, peers, run_tiny_allreduce, all);
     check(&l, all, "8-byte allreduce");
+    if (l.per > 1) /* the record of a rank that leads no server, less the
+                      allreduce's 8 bytes of payload */
+        check_keys_once(&l, rank, all[1].bytes / CALLS - 2 * sizeof(int32_t));
     ZT_CHECK(tiny_out[0] == nranks * (nranks - 1) / 2 &&
                  tiny_out[1] == tiny_out[0],
              "allreduce: %d %d, expected %d", tiny_out[0], tiny_out[1],

@@ -295,14 +295,16 @@ uint8_t *zcopy_span_map(zcopy_span_algo_t *sa, int r, uint64_t addr,
     return NULL;
 }
 
-/* The key of @r's block under [addr, +len), from its arrival. */
+/* The key of @r's block under [addr, +len), which its arrival named:
+ * cached, or asked of @r (a control message this rank sends). */
 static zcopy_ucx_rkey_t *span_rkey(zcopy_span_algo_t *sa, int r, uint64_t addr,
                                    size_t len)
 {
     const zcopy_span_desc_t *d = zcopy_span_desc(sa->sp, r);
-    const zcopy_ucx_block_desc_t *b = NULL;
-    zcopy_ucx_remote_t remote;
+    const zcopy_ucx_block_ref_t *b = NULL;
     zcopy_ucx_rkey_t *rkey;
+    zcopy_status_t st;
+    bool fetched;
 
     if (d->sblock.size && zcopy_range_inside(addr, len, d->sblock.va,
                                              d->sblock.size))
@@ -318,12 +320,12 @@ static zcopy_ucx_rkey_t *span_rkey(zcopy_span_algo_t *sa, int r, uint64_t addr,
                     "it announced", (unsigned long long)addr, len, r);
         return NULL;
     }
-    remote = (zcopy_ucx_remote_t){ .va = b->va, .size = b->size,
-                                   .generation = b->generation,
-                                   .packed_rkey = b->rkey,
-                                   .packed_rkey_len = b->rkey_len };
-    return zcopy_ucx_rkey_get(sa->sp->eps[r], &remote, &rkey) == ZCOPY_SUCCESS
-               ? rkey : NULL;
+    st = zcopy_ucx_rkey_fetch(sa->sp->eps[r], b, &rkey, &fetched);
+    if (fetched) {
+        sa->zc->stats.ctl_msgs++;
+        sa->zc->stats.ctl_bytes += ZCOPY_UCX_KEY_REQUEST_BYTES;
+    }
+    return st == ZCOPY_SUCCESS ? rkey : NULL;
 }
 
 static void span_fail(zcopy_span_algo_t *sa, const char *what, int r)
@@ -453,8 +455,6 @@ static bool span_landing_reserve(zcopy_span_t *sp, size_t bytes)
  * overlap. */
 static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
 {
-    const void *rkey;
-    size_t rkey_len;
     void *p;
 
     if (bytes <= sp->scratch.size)
@@ -473,18 +473,9 @@ static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
         munmap(p, bytes);
         return false;
     }
-    zcopy_ucx_mem_packed_rkey(sp->scratch_mem, &rkey, &rkey_len);
-    if (rkey_len > sizeof(sp->scratch.rkey)) {
-        zcopy_ucx_mem_unregister(sp->scratch_mem);
-        sp->scratch_mem = NULL;
-        munmap(p, bytes);
-        return false;
-    }
-    sp->scratch = (zcopy_ucx_block_desc_t){
+    sp->scratch = (zcopy_ucx_block_ref_t){
         .va = (uintptr_t)p, .size = bytes,
-        .generation = zcopy_registry_new_generation(),
-        .rkey_len = (uint32_t)rkey_len };
-    memcpy(sp->scratch.rkey, rkey, rkey_len);
+        .generation = zcopy_registry_new_generation() };
     return true;
 }
 
@@ -552,15 +543,26 @@ static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
                             zc->ops.ctx);
 }
 
-/* After an arrival round: if every rank said it has nothing activated, the
- * next calls fall back without a round, 1, 2, 4 ... up to
- * ZCOPY_SPAN_IDLE_SKIP_MAX of them, so that a job which never activates
- * memory pays a round once in that many calls (SPEC section 4). Every rank
- * read the same arrivals, so every rank skips the same calls. */
+/* After an arrival round: if every rank said it has never used zcopy (no
+ * range was ever set in the process), the next calls fall back without a
+ * round, 1, 2, 4 ... up to ZCOPY_SPAN_IDLE_SKIP_MAX of them, so that a job
+ * which never activates memory pays a round once in that many calls (SPEC
+ * section 4). Every rank read the same arrivals, so every rank skips the
+ * same calls. Why "never set a range" and not "nothing activated": a rank
+ * cannot tell the others when it leaves the idle state, so the skip must
+ * be over before any rank may become eligible. Activation needs a range
+ * first, and a program that activates and deactivates memory between
+ * collectives keeps its ranges, so it never skips. What is left: a range
+ * set for the first time (a program's first set_memory_range on another
+ * communicator, or its first MPI_Alloc_mem from the pool) while a skip
+ * runs; calls up to the skip's end, as many as the idle calls before it
+ * and at most ZCOPY_SPAN_IDLE_SKIP_MAX, still fall back. */
 static void span_note_idle(zcopy_span_t *sp)
 {
     for (int r = 0; r < sp->nranks; r++)
         if (!(zcopy_span_desc(sp, r)->args.flags & ZCOPY_SPAN_ARGS_IDLE)) {
+            /* A barrier's round ends a skip that is running. */
+            sp->idle_until = 0;
             sp->idle_skip = 0;
             return;
         }
@@ -592,8 +594,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     coll_plan_t plan;
 
     if (a->type != ZCOPY_COLL_BARRIER && sp->calls++ < sp->idle_until)
-        return zcopy_coll_fallback(zc, a->type, "no rank had memory "
-                                   "activated at the last agreement");
+        return zcopy_coll_fallback(zc, a->type, "no rank had set a "
+                                   "memory range at the last agreement");
     zcopy_coll_plan(zc, a, &plan);
     if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
         plan.args.reason == REASON_NONE) { /* counts checked: none negative */
@@ -614,7 +616,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     span_describe(zc, a, &plan, inline_total, &mine);
     /* A fact of the process, whatever the call: a barrier between idle
      * calls keeps the communicator idle. */
-    if (!zcopy_registry_any_activated())
+    if (!zcopy_registry_ever_used())
         mine.args.flags |= ZCOPY_SPAN_ARGS_IDLE;
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);

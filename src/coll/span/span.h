@@ -29,17 +29,18 @@
 #include "topo/topo.h"
 #include "ucx/ucx.h"
 
-/* A rank's arrival: its arguments and the blocks under its buffers. */
+/* A rank's arrival: its arguments and the blocks under its buffers (their
+ * keys are fetched by the peers that need them, once per block). */
 typedef struct {
     zcopy_plan_args_t args;
-    zcopy_ucx_block_desc_t sblock; /* size 0 when the send extent is empty */
-    zcopy_ucx_block_desc_t rblock;
-    zcopy_ucx_block_desc_t xblock; /* its scratch, when the call uses it */
+    zcopy_ucx_block_ref_t sblock; /* size 0 when the send extent is empty */
+    zcopy_ucx_block_ref_t rblock;
+    zcopy_ucx_block_ref_t xblock; /* its scratch, when the call uses it */
 } zcopy_span_desc_t;
 
 /* Bytes of an arrival in the control plane's areas: whole cache lines, so
  * that ranks of a group write theirs without sharing a line. */
-#define ZCOPY_SPAN_DESC_STRIDE 448
+#define ZCOPY_SPAN_DESC_STRIDE 128
 static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
               "an arrival fits its place");
 
@@ -104,8 +105,9 @@ typedef struct zcopy_span {
                                      before each call (zcopy_span_needs) */
     size_t landing_size;
     zcopy_ucx_mem_t *scratch_mem; /* registered: peers read the partials */
-    zcopy_ucx_block_desc_t scratch; /* of hierarchical reductions there */
-    /* While no rank has memory activated, calls skip the arrival round:
+    zcopy_ucx_block_ref_t scratch; /* of hierarchical reductions there */
+    /* While no rank has ever set a memory range, calls skip the arrival
+     * round (span.c, span_note_idle):
      * every rank falls back until call idle_until, learnt from the last
      * round that found every rank idle. The same numbers on every rank,
      * as they change only with an agreed round (or a set_memory_range on
@@ -116,7 +118,7 @@ typedef struct zcopy_span {
     uint64_t idle_skip;           /* calls the next idle round skips */
 } zcopy_span_t;
 
-/* An arrival's flag: this process has no memory activated at all. */
+/* An arrival's flag: this process has never set a memory range. */
 #define ZCOPY_SPAN_ARGS_IDLE 0x100u
 /* Most calls skipped between two rounds of an idle communicator: how late
  * zero-copy may start after a rank activates memory, when the program did
@@ -264,13 +266,13 @@ typedef struct {
 
 typedef zcopy_status_t (*zcopy_span_fn_t)(zcopy_span_algo_t *sa);
 
-zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa);
-
 /* Bytes of landing area and of registered scratch this rank's part of @a
  * will use (elements of @elem bytes). Reserved before the arrival, so that
  * running out of memory is a reason to fall back, not a failure. */
 void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
                       size_t elem, size_t *landing, size_t *scratch);
+
+zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa);
 zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa);
