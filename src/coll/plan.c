@@ -432,8 +432,11 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     default:
         break;
     }
-    if (p->args.reason != REASON_NONE)
+    if (p->args.reason != REASON_NONE) {
+        /* A declined plan names nothing to publish. */
+        memset(p->vectors, 0, sizeof(p->vectors));
         return;
+    }
     if (!zcopy_registry_covers_cached(p->sbuf, p->slen, &zc->covers_cache))
         p->args.reason = REASON_SEND_BUFFER;
     else if (!zcopy_registry_covers_cached(p->rbuf, p->rlen, &zc->covers_cache))

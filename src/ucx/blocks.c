@@ -61,13 +61,16 @@ static bool registered(uint64_t gen)
     return false;
 }
 
-/* A block UCX cannot register stays usable inside its server; spanning
- * collectives on it fall back ("buffer not inside one UCX-registered
- * block"). It is said once, when the block is activated, and not tried
- * again. */
+/* A block UCX cannot register, or whose key a peer could not fetch
+ * (longer than ZCOPY_UCX_RKEY_FETCH_MAX), stays usable inside its server;
+ * spanning collectives on it fall back ("buffer not inside one
+ * UCX-registered block") instead of failing after the ranks agreed. It is
+ * said once, when the block is activated, and not tried again. */
 static void register_block(const zcopy_block_t *b)
 {
     zcopy_ucx_mem_t *mem = NULL;
+    const void *rkey;
+    size_t rkey_len;
 
     if (!zcopy_array_reserve((void **)&ublocks.blocks, &ublocks.cap,
                              ublocks.nblocks, sizeof(*ublocks.blocks)))
@@ -78,6 +81,17 @@ static void register_block(const zcopy_block_t *b)
                   "across servers on it fall back", (void *)b->va, b->size,
                   zcopy_error_detail());
         mem = NULL;
+    } else {
+        zcopy_ucx_mem_packed_rkey(mem, &rkey, &rkey_len);
+        if (rkey_len > ZCOPY_UCX_RKEY_FETCH_MAX) {
+            zcopy_log(ZCOPY_LOG_WARN, "ucx", "block [%p, +%zu): its remote "
+                      "key has %zu bytes, more than the %d a peer fetches; "
+                      "collectives across servers on it fall back",
+                      (void *)b->va, b->size, rkey_len,
+                      ZCOPY_UCX_RKEY_FETCH_MAX);
+            zcopy_ucx_mem_unregister(mem);
+            mem = NULL;
+        }
     }
     ublocks.blocks[ublocks.nblocks++] = (ucx_block_t){
         .generation = b->generation, .va = b->va, .size = b->size, .mem = mem };

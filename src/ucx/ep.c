@@ -453,6 +453,8 @@ zcopy_status_t zcopy_ucx_rkey_fetch(zcopy_ucx_ep_t *ep,
         return zcopy_error(ZCOPY_ERR_NOMEM, "ucx: remote key: out of memory");
     st = zcopy_ucx_key_ask(ep, ref->va, ref->size, packed,
                            ZCOPY_UCX_RKEY_FETCH_MAX, &len, &comp);
+    if (fetched != NULL)
+        *fetched = st == ZCOPY_SUCCESS; /* asked, answered or not */
     /* Whatever was posted completes before its buffer goes. */
     waited = zcopy_ucx_wait(&comp);
     if (st == ZCOPY_SUCCESS && waited != ZCOPY_SUCCESS)
@@ -463,8 +465,6 @@ zcopy_status_t zcopy_ucx_rkey_fetch(zcopy_ucx_ep_t *ep,
     if (st == ZCOPY_SUCCESS) {
         atomic_fetch_add_explicit(&zcopy_ucx.keys_fetched, 1,
                                   memory_order_relaxed);
-        if (fetched != NULL)
-            *fetched = true;
         remote = (zcopy_ucx_remote_t){ .va = ref->va, .size = ref->size,
                                        .generation = ref->generation,
                                        .packed_rkey = packed,

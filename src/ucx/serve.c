@@ -141,7 +141,7 @@ static void serve_sent(void *request, ucs_status_t status, void *user_data)
     zcopy_ucx_mem_t *m = user_data;
 
     if (status != UCS_OK)
-        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read failed: %s",
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read or key failed: %s",
                   ucs_status_string(status));
     if (m != NULL)
         m->serving--;
@@ -178,10 +178,11 @@ static void serve_key_locked(const serve_queued_t *e)
     };
     ucs_status_ptr_t request;
 
-    if (m == NULL) {
+    if (m == NULL || m->packed_rkey_len > ZCOPY_UCX_RKEY_FETCH_MAX) {
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for the key of "
-                  "[%#llx, +%llu), which is not a registration: refused",
-                  (unsigned long long)q->va, (unsigned long long)q->len);
+                  "[%#llx, +%llu), which is %s: refused",
+                  (unsigned long long)q->va, (unsigned long long)q->len,
+                  m == NULL ? "not a registration" : "too long to fetch");
         serve_refuse(e->reply_ep, q->tag);
         return;
     }

@@ -180,7 +180,10 @@ typedef struct {
  * with the packed key of its registration [va, +size), which exists while
  * the peer is inside the collective that named it), then unpacked and
  * cached as zcopy_ucx_rkey_get() does. *@fetched, if given, says whether
- * the peer was asked. */
+ * the peer was asked (whatever it answered). A block whose key is longer
+ * than ZCOPY_UCX_RKEY_FETCH_MAX is never registered for this
+ * (zcopy_ucx_blocks_find does not find it), so a fetch fails only if a
+ * message does. */
 zcopy_status_t zcopy_ucx_rkey_fetch(zcopy_ucx_ep_t *ep,
                                     const zcopy_ucx_block_ref_t *ref,
                                     zcopy_ucx_rkey_t **rkey_p, bool *fetched);

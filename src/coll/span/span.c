@@ -455,6 +455,8 @@ static bool span_landing_reserve(zcopy_span_t *sp, size_t bytes)
  * overlap. */
 static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
 {
+    const void *rkey;
+    size_t rkey_len;
     void *p;
 
     if (bytes <= sp->scratch.size)
@@ -470,6 +472,13 @@ static bool span_scratch_reserve(zcopy_span_t *sp, size_t bytes)
         return false;
     if (zcopy_ucx_mem_register(p, bytes, ZCOPY_MEM_HOST, &sp->scratch_mem) !=
         ZCOPY_SUCCESS) {
+        munmap(p, bytes);
+        return false;
+    }
+    zcopy_ucx_mem_packed_rkey(sp->scratch_mem, &rkey, &rkey_len);
+    if (rkey_len > ZCOPY_UCX_RKEY_FETCH_MAX) { /* peers could not fetch it */
+        zcopy_ucx_mem_unregister(sp->scratch_mem);
+        sp->scratch_mem = NULL;
         munmap(p, bytes);
         return false;
     }
