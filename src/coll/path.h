@@ -110,11 +110,7 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
  * constant or lives as long as @zc. */
 zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
                                    const char *why);
-/* The same for a fallback because @rank declined collective @seq, with its
- * reason when the control plane still holds it. */
-zcopy_status_t zcopy_coll_fallback_peer(zcopy_comm_t *zc,
-                                        zcopy_coll_type_t type, int rank,
-                                        uint64_t seq);
+
 
 /* The small-collective rule (inline.c): the per-rank payload when the call
  * takes it (at most @limit: the in-server control plane's inline limit, or

@@ -32,9 +32,6 @@ static struct {
      * outside it is answered without the lock, so that collectives on
      * ordinary memory cost a job nothing measurable (SPEC section 4). */
     _Atomic uintptr_t lo, hi;
-    /* Set with the first range and never cleared: whether this process
-     * has ever taken part in zero-copy (zcopy_registry_ever_used). */
-    _Atomic bool ever_used;
 } reg = { .lock = PTHREAD_MUTEX_INITIALIZER, .next_generation = 1 };
 
 /* Under the lock, after every change to the blocks. */
@@ -154,7 +151,6 @@ zcopy_status_t zcopy_registry_set_range(uintptr_t base, size_t size,
                                    .owner = owner };
     reg.nranges++;
     reg.epoch++;
-    atomic_store_explicit(&reg.ever_used, true, memory_order_relaxed);
 out:
     pthread_mutex_unlock(&reg.lock);
     return st;
@@ -319,7 +315,8 @@ bool zcopy_registry_any_activated(void)
 
 bool zcopy_registry_ever_used(void)
 {
-    return atomic_load_explicit(&reg.ever_used, memory_order_relaxed);
+    /* The first change of all is a range set: activation needs one. */
+    return zcopy_registry_epoch() != 0;
 }
 
 uint64_t zcopy_registry_epoch(void)

@@ -280,7 +280,5 @@ void zcopy_ucx_counts(zcopy_ucx_counts_t *counts)
     counts->nmems = zcopy_ucx.nmems;
     counts->bytes = atomic_load_explicit(&zcopy_ucx.bytes,
                                          memory_order_relaxed);
-    counts->keys_fetched = atomic_load_explicit(&zcopy_ucx.keys_fetched,
-                                                memory_order_relaxed);
     pthread_mutex_unlock(&zcopy_ucx.lock);
 }

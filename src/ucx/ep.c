@@ -463,8 +463,6 @@ zcopy_status_t zcopy_ucx_rkey_fetch(zcopy_ucx_ep_t *ep,
                          (unsigned long long)ref->size,
                          (unsigned long long)ep->key.pid, zcopy_error_detail());
     if (st == ZCOPY_SUCCESS) {
-        atomic_fetch_add_explicit(&zcopy_ucx.keys_fetched, 1,
-                                  memory_order_relaxed);
         remote = (zcopy_ucx_remote_t){ .va = ref->va, .size = ref->size,
                                        .generation = ref->generation,
                                        .packed_rkey = packed,

@@ -164,34 +164,28 @@ static zcopy_ucx_mem_t *serve_registration_exactly(uint64_t va, uint64_t len)
     return NULL;
 }
 
-/* The packed key of a registration, sent from the registration's own
- * buffer: counted in its serving, so it stays until the send is done. */
-static void serve_key_locked(const serve_queued_t *e)
+/* Answers @e with [@buf, +@len) of registration @m (its pages, with
+ * @from_pages, else the packed key it holds), counted in its serving until
+ * the send is done, so that it cannot be unregistered meanwhile. */
+static void serve_send_locked(const serve_queued_t *e, zcopy_ucx_mem_t *m,
+                              const void *buf, size_t len, bool from_pages)
 {
-    const serve_request_t *q = &e->q;
-    zcopy_ucx_mem_t *m = serve_registration_exactly(q->va, q->len);
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                        UCP_OP_ATTR_FIELD_USER_DATA,
+                        UCP_OP_ATTR_FIELD_USER_DATA |
+                        (from_pages ? UCP_OP_ATTR_FIELD_MEMH : 0),
         .cb.send      = serve_sent,
         .user_data    = m,
+        .memh         = from_pages ? m->memh : NULL,
     };
-    ucs_status_ptr_t request;
+    ucs_status_ptr_t request = ucp_tag_send_nbx(e->reply_ep, buf, len,
+                                                e->q.tag, &param);
 
-    if (m == NULL || m->packed_rkey_len > ZCOPY_UCX_RKEY_FETCH_MAX) {
-        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for the key of "
-                  "[%#llx, +%llu), which is %s: refused",
-                  (unsigned long long)q->va, (unsigned long long)q->len,
-                  m == NULL ? "not a registration" : "too long to fetch");
-        serve_refuse(e->reply_ep, q->tag);
-        return;
-    }
-    request = ucp_tag_send_nbx(e->reply_ep, m->packed_rkey,
-                               m->packed_rkey_len, q->tag, &param);
     if (UCS_PTR_IS_ERR(request)) {
-        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "sending a key: %s: refused",
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a %s: %s: refused",
+                  from_pages ? "read" : "key",
                   ucs_status_string(UCS_PTR_STATUS(request)));
-        serve_refuse(e->reply_ep, q->tag);
+        serve_refuse(e->reply_ep, e->q.tag);
     } else if (request != NULL) {
         m->serving++;
     }
@@ -201,37 +195,35 @@ static void serve_one_locked(const serve_queued_t *e)
 {
     const serve_request_t *q = &e->q;
     zcopy_ucx_mem_t *m;
-    ucp_request_param_t param = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                        UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_MEMH,
-        .cb.send      = serve_sent,
-    };
-    ucs_status_ptr_t request;
+    const char *why;
 
-    if (q->what == SERVE_KEY) {
-        serve_key_locked(e);
-        return;
+    switch (q->what) {
+    case SERVE_READ:
+        m = serve_registration(q->va, q->len);
+        if (m != NULL) {
+            serve_send_locked(e, m, (void *)(uintptr_t)q->va, q->len, true);
+            return;
+        }
+        why = "no registration holds it";
+        break;
+    case SERVE_KEY:
+        m = serve_registration_exactly(q->va, q->len);
+        if (m != NULL && m->packed_rkey_len <= ZCOPY_UCX_RKEY_FETCH_MAX) {
+            serve_send_locked(e, m, m->packed_rkey, m->packed_rkey_len,
+                              false);
+            return;
+        }
+        why = m == NULL ? "its key was asked, but it is no registration"
+                        : "its key is too long to fetch";
+        break;
+    default:
+        why = "an unknown request";
+        break;
     }
-    m = serve_registration(q->va, q->len);
-    param.user_data = m;
-    if (q->what != SERVE_READ || m == NULL) {
-        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer asked for [%#llx, +%llu), "
-                  "which no registration holds: refused",
-                  (unsigned long long)q->va, (unsigned long long)q->len);
-        serve_refuse(e->reply_ep, q->tag);
-        return;
-    }
-    param.memh = m->memh;
-    request = ucp_tag_send_nbx(e->reply_ep, (void *)(uintptr_t)q->va, q->len,
-                               q->tag, &param);
-    if (UCS_PTR_IS_ERR(request)) {
-        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "serving a read: %s: refused",
-                  ucs_status_string(UCS_PTR_STATUS(request)));
-        serve_refuse(e->reply_ep, q->tag);
-    } else if (request != NULL) {
-        m->serving++;
-    }
+    zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer's request for [%#llx, +%llu) "
+              "refused: %s", (unsigned long long)q->va,
+              (unsigned long long)q->len, why);
+    serve_refuse(e->reply_ep, q->tag);
 }
 
 void zcopy_ucx_serve_locked(void)

@@ -77,7 +77,6 @@ typedef struct {
     size_t nrkeys;                /* unpacked remote keys, all endpoints */
     size_t nmems;                 /* registrations */
     uint64_t bytes;               /* bytes moved by gets and puts, ever */
-    uint64_t keys_fetched;        /* remote keys asked of peers, ever */
 } zcopy_ucx_counts_t;
 
 /* --- context and worker --------------------------------------------------- */

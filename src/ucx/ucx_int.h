@@ -72,7 +72,6 @@ typedef struct {
     size_t serve_cap, serve_queued;
     uint64_t read_tags;           /* this process's reads, for their tags */
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
-    _Atomic uint64_t keys_fetched;
 } zcopy_ucx_state_t;
 
 extern zcopy_ucx_state_t zcopy_ucx;
