@@ -474,6 +474,56 @@ static void transfer_read(void)
     free(got);
 }
 
+/* A tagged send of 1 MiB completes before its receive is posted, while
+ * the receiver only progresses: zcopy's context sends eager at every size
+ * (context.c), where UCX's default rendezvous would wait for the receive.
+ * Each rank sends to its right neighbour and tells it over MPI once its
+ * send is done, or after 10 s without (the failure; then the late receive
+ * lets the rendezvous finish, so nothing hangs). */
+#define EAGER_BYTES (1u << 20)
+#define EAGER_TAG UINT64_C(0xea6e4)
+
+static void eager_sends(void)
+{
+    zcopy_ucx_comp_t sent = ZCOPY_UCX_COMP_INIT, got = ZCOPY_UCX_COMP_INIT;
+    int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+    char *out = malloc(EAGER_BYTES), *in = malloc(EAGER_BYTES);
+    int mine = 0, theirs = 0, arrived = 0;
+    bool told = false;
+    MPI_Request req;
+    double deadline;
+
+    zt_require(out != NULL && in != NULL, "malloc");
+    fill(out, EAGER_BYTES, rank, 3, 0, 0);
+    memset(in, 0xee, EAGER_BYTES);
+    progressing_barrier();
+    ZT_CHECK(zcopy_ucx_tag_send(peers[right].ep, out, EAGER_BYTES, EAGER_TAG,
+                                &sent) == ZCOPY_SUCCESS,
+             "1 MiB tagged send: %s", zcopy_mem_last_error());
+    MPI_Irecv(&theirs, 1, MPI_INT, left, 0, comm, &req);
+    deadline = now() + 10.0;
+    while (!told || !arrived) {
+        if (!told && (zcopy_ucx_test(&sent) || now() > deadline)) {
+            mine = sent.pending == 0;
+            MPI_Send(&mine, 1, MPI_INT, right, 0, comm);
+            told = true;
+        }
+        zcopy_ucx_progress();
+        MPI_Test(&req, &arrived, MPI_STATUS_IGNORE);
+    }
+    ZT_CHECK(mine, "a 1 MiB tagged send to rank %d completed before its "
+             "receive was posted (eager)", right);
+    ZT_CHECK(zcopy_ucx_tag_recv(in, EAGER_BYTES, EAGER_TAG, &got) ==
+                 ZCOPY_SUCCESS && zcopy_ucx_wait(&got) == ZCOPY_SUCCESS &&
+                 zcopy_ucx_wait(&sent) == ZCOPY_SUCCESS,
+             "1 MiB tagged message: %s", zcopy_mem_last_error());
+    ZT_CHECK(holds(in, EAGER_BYTES, left, 3, 0, 0),
+             "1 MiB tagged message from rank %d", left);
+    progressing_barrier();
+    free(in);
+    free(out);
+}
+
 /* --- refusals ------------------------------------------------------------- */
 
 static void refusals(void)
@@ -582,6 +632,7 @@ int main(int argc, char **argv)
     transfer_small();
     transfer_big();
     transfer_read();
+    eager_sends();
     refusals();
     progressing_barrier();
 
