@@ -5,7 +5,7 @@
  * MPI_COMM_WORLD: its set-up time (the first collective, slowest rank),
  * the memory that set-up added to a rank (largest growth of VmSize and
  * VmRSS), and the control traffic per call of a barrier, an 8 B allreduce
- * (small enough to ride with the arrival between servers) and a 256 KiB
+ * (small enough to ride with the arrival between servers) and a 1 MiB
  * allreduce (moved by UCX between servers, with its syncs): messages and
  * bytes this rank sent, from the zcopy statistics, fewest and most over
  * the ranks. Between servers the fewest are a rank that leads no server,
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define ARENA_BYTES (4u << 20)
-#define BIG_DOUBLES (256 * 1024 / 8)
+#define BIG_DOUBLES (1024 * 1024 / 8)
 #define CALLS 20
 
 typedef struct {
@@ -111,7 +111,7 @@ static void traffic(MPI_Comm comm, int kind, double *buf, per_call_t *lo,
 
 int main(int argc, char **argv)
 {
-    static const char *const kinds[] = { "barrier", "allreduce8", "allreduce256k" };
+    static const char *const kinds[] = { "barrier", "allreduce8", "allreduce1m" };
     long size0, rss0, grown[2], most[2];
     double t, setup, *buf;
     per_call_t lo, hi;

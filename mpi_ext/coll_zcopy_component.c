@@ -44,7 +44,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .small_msg = 16384,
     .inline_max = 1024,
     .inline_max_yield = 8192,
-    .span_inline_max = 65536,
+    .span_inline_max = 262144,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
@@ -207,9 +207,10 @@ static int zcopy_register(void)
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (and 1 MiB for all ranks "
-        "together) ride with the arrival, one round between the servers' "
-        "leaders instead of UCX transfers and syncs: a copy in and out. 0 "
-        "never does",
+        "together; a quarter of this for alltoall, reduce_scatter_block and "
+        "scatter, whose every rank reads one block of what travels) ride "
+        "with the arrival, one round between the servers' leaders instead "
+        "of UCX transfers and syncs: a copy in and out. 0 never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
 
     zcopy_register_ulong("streaming_min",

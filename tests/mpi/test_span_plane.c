@@ -277,7 +277,7 @@ static void check_range_first(const layout_t *l, int rank)
  * of @arrival bytes and 4 bytes per further round (its syncs), and any
  * key it asks a peer for is one message of 32 bytes more. Counted from
  * the second call: the first fetches the keys. */
-#define BIG_COUNT (64 << 10)
+#define BIG_COUNT (256 << 10) /* 1 MiB of ints: above every inline limit */
 #define BIG_CALLS 10
 
 static void check_keys_once(const layout_t *l, int rank, size_t arrival)

@@ -6,7 +6,7 @@
  * remote key per activation) instead of through a mapping of its memfd.
  * Each cycle maps FRESH physical memory at the SAME address, fills it with
  * that cycle's data, activates it, and runs on MPI_COMM_WORLD:
- *   allreduce of 1 MiB of doubles (sum), allgather of 256 KiB per rank,
+ *   allreduce of 1 MiB of doubles (sum), allgather of 512 KiB per rank,
  *   bcast of 512 KiB from a root that rotates with the cycle;
  * then deactivates, unmaps and frees it. A peer that keeps using what it
  * learnt of the previous activation at that address (a stale remote key, a
@@ -30,7 +30,7 @@
 
 #define CYCLES 20
 #define AR_COUNT ((size_t)(1u << 20) / sizeof(double)) /* 1 MiB of doubles */
-#define AG_COUNT ((size_t)(256u << 10) / sizeof(int))  /* 256 KiB per rank */
+#define AG_COUNT ((size_t)(512u << 10) / sizeof(int))  /* 512 KiB per rank */
 #define BC_COUNT ((size_t)(512u << 10) / sizeof(int))  /* 512 KiB */
 
 enum { ALLREDUCE, ALLGATHER, BCAST, NCOLL };

@@ -22,9 +22,9 @@
  * asan.supp, by library).
  *
  * `test_asan_ipc ucx` runs step 3 with coll_zcopy_transport=ucx: every
- * collective takes the spanning path (src/coll/span/), so UCX registers
- * the block, keys travel in the arrivals and the data moves by UCX get and
- * put, all under the sanitizers.
+ * collective takes the spanning path (src/coll/span/) with no payload in
+ * the arrivals, so UCX registers the block, peers fetch its key and the
+ * data moves by UCX transfers, all under the sanitizers.
  *
  * `test_asan_ipc overflow` and `test_asan_ipc leak` make one deliberate
  * error each on rank 1, after the exchange: the suite runs them too and
@@ -359,8 +359,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_dup(MPI_COMM_WORLD, &service);
     only_this_copy();
-    if (argc > 1 && strcmp(argv[1], "ucx") == 0)
+    if (argc > 1 && strcmp(argv[1], "ucx") == 0) {
         zcopy_config.transport = ZCOPY_TRANSPORT_UCX;
+        /* Data by UCX transfers, not with the arrivals. */
+        zcopy_config.span_inline_max = 0;
+    }
 
     /* 1. */
     require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS &&
