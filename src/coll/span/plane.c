@@ -312,8 +312,8 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     /* Whatever failed, what was posted completes before the buffers go;
      * without a worker (finalized under us), nothing will. */
     while (!zcopy_ucx_test(&comp))
-        zcopy_wait_relax(w, sp->members[sp->group_start[(me + 1) %
-                                                        sp->ngroups]]);
+        zcopy_wait_relax_polled(w, sp->members[sp->group_start[(me + 1) %
+                                                               sp->ngroups]]);
     if (!ok || comp.failure != 0 || comp.pending != 0) {
         zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
                   "servers failed: %s", sp->rank, zcopy_error_detail());
