@@ -39,9 +39,9 @@
 #include <unistd.h>
 
 #define MAX_RANKS 16
-#define BIG_COUNT 20000          /* ints: 80 KB, above the small-message
+#define BIG_COUNT 70000          /* ints: 280 KB, above the small-message
                                     threshold and above what rides with
-                                    an arrival between servers (64 KiB) */
+                                    an arrival between servers (256 KiB) */
 
 static int wrank, wsize, virtual_servers = 1;
 static bool cluster;                /* --cluster: servers are hosts */

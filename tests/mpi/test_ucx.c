@@ -494,12 +494,20 @@ static void eager_sends(void)
     double deadline;
 
     zt_require(out != NULL && in != NULL, "malloc");
+    if (getenv("UCX_RNDV_THRESH") != NULL) { /* the user's value rules */
+        if (rank == 0)
+            printf("eager sends: not checked, UCX_RNDV_THRESH is set\n");
+        free(in);
+        free(out);
+        return;
+    }
     fill(out, EAGER_BYTES, rank, 3, 0, 0);
     memset(in, 0xee, EAGER_BYTES);
     progressing_barrier();
-    ZT_CHECK(zcopy_ucx_tag_send(peers[right].ep, out, EAGER_BYTES, EAGER_TAG,
-                                &sent) == ZCOPY_SUCCESS,
-             "1 MiB tagged send: %s", zcopy_mem_last_error());
+    /* Without the send its receiver would wait for it forever. */
+    zt_require(zcopy_ucx_tag_send(peers[right].ep, out, EAGER_BYTES,
+                                  EAGER_TAG, &sent) == ZCOPY_SUCCESS,
+               "1 MiB tagged send");
     MPI_Irecv(&theirs, 1, MPI_INT, left, 0, comm, &req);
     deadline = now() + 10.0;
     while (!told || !arrived) {
