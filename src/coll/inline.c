@@ -88,9 +88,7 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                          size_t total)
 {
     const int n = zc->size, r = zc->rank;
-    const size_t block = a->type == ZCOPY_COLL_SCATTER ||
-                                 a->type == ZCOPY_COLL_ALLTOALL ||
-                                 a->type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK
+    const size_t block = zcopy_coll_payload_is_blocks(a->type)
                              ? total / (size_t)n : total;
     const void *srcs[ZCOPY_COLL_MAX_RANKS];
     uint8_t *out = a->rbuf;

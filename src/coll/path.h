@@ -112,6 +112,15 @@ zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
                                    const char *why);
 
 
+/* Whether a collective's inline payload is one block per rank, of which
+ * each rank reads its own (scatter, alltoall, reduce_scatter_block), rather
+ * than one whole input that every reader takes. */
+static inline bool zcopy_coll_payload_is_blocks(zcopy_coll_type_t type)
+{
+    return type == ZCOPY_COLL_SCATTER || type == ZCOPY_COLL_ALLTOALL ||
+           type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK;
+}
+
 /* The small-collective rule (inline.c): the per-rank payload when the call
  * takes it (at most @limit: the in-server control plane's inline limit, or
  * the spanning path's), else 0. */

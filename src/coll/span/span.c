@@ -598,14 +598,9 @@ void zcopy_span_wake(zcopy_comm_t *zc)
  * faster inline up to 256 KiB (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_coll_args_t *a)
 {
-    switch (a->type) {
-    case ZCOPY_COLL_ALLTOALL:
-    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-    case ZCOPY_COLL_SCATTER:
-        return zcopy_config.span_inline_max / 4;
-    default:
-        return zcopy_config.span_inline_max;
-    }
+    const size_t limit = zcopy_config.span_inline_max;
+
+    return zcopy_coll_payload_is_blocks(a->type) ? limit / 4 : limit;
 }
 
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
