@@ -114,25 +114,20 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .span_inline_max = zcopy_config.span_inline_max,
     };
     coll_settings_t root = mine;
-    int32_t differ, all[ZCOPY_COLL_MAX_RANKS], worst = 0;
+    zcopy_comm_vote_t vote;
+    int32_t differ, worst;
 
-    if (zc->size > ZCOPY_COLL_MAX_RANKS) { /* the same on every rank */
-        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
-                 "more than %d ranks", ZCOPY_COLL_MAX_RANKS);
-        zc->state = ZCOPY_COMM_DISABLED;
-        return false;
-    }
     /* A rank whose bcast failed says so in its own vote, so that every
      * rank stops here, not only those that saw the failure. */
     differ = zc->ops.bcast(&root, sizeof(root), 0, zc->ops.ctx) != MPI_SUCCESS
                  ? -1 : settings_differ(&mine, &root);
-    if (zc->ops.allgather(&differ, all, sizeof(differ), zc->ops.ctx) !=
-        MPI_SUCCESS)
+    if (zcopy_comm_vote(zc, differ, false, &vote) != MPI_SUCCESS)
         worst = -1;
-    for (int r = 0; r < zc->size && worst == 0; r++)
-        worst = all[r] >= -1 && all[r] < (int32_t)(sizeof(setting_names) /
-                                                  sizeof(setting_names[0]))
-                    ? all[r] : -1;
+    else
+        worst = vote.value >= -1 &&
+                        vote.value < (int32_t)(sizeof(setting_names) /
+                                               sizeof(setting_names[0]))
+                    ? vote.value : -1;
     if (worst != 0) {
         snprintf(zc->disabled_reason, sizeof(zc->disabled_reason), "%s",
                  worst < 0 ? "settings exchange failed"

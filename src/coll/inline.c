@@ -90,7 +90,7 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
     const int n = zc->size, r = zc->rank;
     const size_t block = zcopy_coll_payload_is_blocks(a->type)
                              ? total / (size_t)n : total;
-    const void *srcs[ZCOPY_COLL_MAX_RANKS];
+    const void **srcs = zcopy_comm_list(zc, ZCOPY_COMM_LIST_OPERANDS);
     uint8_t *out = a->rbuf;
 
     switch (a->type) {

@@ -11,9 +11,6 @@
 
 #include "coll.h"
 
-/* Communicators of more ranks fall back. */
-#define ZCOPY_COLL_MAX_RANKS 1024
-
 /* Why a rank is not eligible (zcopy_coll_reason_text names it). */
 typedef enum {
     REASON_NONE,

@@ -63,7 +63,37 @@ ZCOPY_COMPONENT_API void zcopy_comm_destroy(zcopy_comm_t *zc)
     /* SPEC 3: no peer's freed pages outlive this MPI_Comm_free either. */
     zcopy_ipc_sweep();
     free(zc->plan_memo);
+    free(zc->lists);
     free(zc);
+}
+
+zcopy_status_t zcopy_comm_lists_alloc(zcopy_comm_t *zc)
+{
+    if (zc->lists == NULL)
+        zc->lists = calloc((size_t)ZCOPY_COMM_LISTS * (size_t)zc->size,
+                           sizeof(void *));
+    return zc->lists != NULL ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+}
+
+int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
+                    zcopy_comm_vote_t *vote)
+{
+    /* Minima of: the rank and value of a rank that has one (ranks with
+     * none count as INT64_MAX), so the first such rank wins; and the
+     * negated flag. */
+    int64_t v[2] = {
+        value == 0 ? INT64_MAX
+                   : (int64_t)zc->rank << 32 | (int64_t)(uint32_t)value,
+        flag ? -1 : 0,
+    };
+    int rc = zc->ops.allreduce(v, 2, MPI_INT64_T, MPI_MIN, zc->ops.ctx);
+
+    if (rc != MPI_SUCCESS)
+        return rc;
+    vote->rank = v[0] == INT64_MAX ? -1 : (int)(v[0] >> 32);
+    vote->value = v[0] == INT64_MAX ? 0 : (int32_t)(uint32_t)v[0];
+    vote->any = v[1] != 0;
+    return MPI_SUCCESS;
 }
 
 ZCOPY_COMPONENT_API zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle)

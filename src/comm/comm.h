@@ -68,6 +68,8 @@ typedef struct zcopy_comm {
     } reduce_cache;               /* a pair with a kernel (plan.c) */
     struct zcopy_plan_memo *plan_memo; /* the last plans (plan.c); freed
                                      with the comm */
+    void *lists;                  /* ZCOPY_COMM_LISTS pointers per rank, for
+                                     one call at a time (zcopy_comm_list) */
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     /* The last fallback's reason, put into words only when asked for:
@@ -81,6 +83,44 @@ zcopy_status_t zcopy_comm_create(MPI_Comm handle, int rank, int size,
                                  const zcopy_comm_ops_t *ops,
                                  zcopy_comm_t **zc_p);
 void zcopy_comm_destroy(zcopy_comm_t *zc);
+
+/* Lists of a pointer per rank that a call's algorithm fills and reads
+ * before it returns: each rank's input, each rank's output, the operands
+ * of one reduction step. On the heap and sized by the communicator, so
+ * that no size of communicator is refused; one call at a time per
+ * communicator (MPI's rule) makes one set enough. */
+typedef enum {
+    ZCOPY_COMM_LIST_INPUTS,
+    ZCOPY_COMM_LIST_OUTPUTS,
+    ZCOPY_COMM_LIST_OPERANDS,
+    ZCOPY_COMM_LISTS
+} zcopy_comm_list_t;
+
+/* Allocates the lists once (set-up); ZCOPY_ERR_NOMEM when it cannot. */
+zcopy_status_t zcopy_comm_lists_alloc(zcopy_comm_t *zc);
+
+static inline void *zcopy_comm_list(const zcopy_comm_t *zc,
+                                    zcopy_comm_list_t which)
+{
+    return (void **)zc->lists + (size_t)which * (size_t)zc->size;
+}
+
+/* The outcome of an agreement among every rank of a communicator. */
+typedef struct {
+    int rank;                     /* the first rank whose value was not 0,
+                                     or -1 */
+    int32_t value;                /* its value */
+    bool any;                     /* some rank's flag was set */
+} zcopy_comm_vote_t;
+
+/* Every rank learns the first rank (in rank order) whose @value is not 0,
+ * that value, and whether any rank set @flag: one allreduce through the
+ * service ops, with no memory of its own, so that a rank that ran out of
+ * memory still takes part (the others would wait for it forever). The
+ * same answer on every rank; an MPI error code when the service call
+ * failed, and then @vote says nothing. */
+int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
+                    zcopy_comm_vote_t *vote);
 
 /* The zcopy state of @handle, or NULL where the component is not enabled. */
 zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);

@@ -74,7 +74,8 @@ static void alltoall_pull(zcopy_algo_t *al)
 static zcopy_status_t alltoall_swap(zcopy_algo_t *al)
 {
     const int n = al->nranks, r = al->rank;
-    uint8_t *rbuf = al->a->rbuf, *theirs[ZCOPY_COLL_MAX_RANKS];
+    uint8_t *rbuf = al->a->rbuf;
+    uint8_t **theirs = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_OUTPUTS);
     size_t off, len;
 
     for (int j = r + 1; j < n && !al->failed; j++) {

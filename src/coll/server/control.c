@@ -29,12 +29,6 @@ typedef struct {
 } ctl_hello_t;
 static_assert(sizeof(ctl_hello_t) == 200, "exchanged between processes");
 
-/* What every rank tells the others at the end of set-up. */
-typedef struct {
-    int32_t status;               /* its own part of set-up */
-    int32_t yields;               /* its waits give the processor away */
-} ctl_vote_t;
-
 /* Spins between two looks at a peer's arrival while waiting for its record. */
 #define CTL_SPINS_PER_ARRIVAL 8
 
@@ -44,23 +38,16 @@ static void ctl_wait_init(zcopy_wait_t *w, const zcopy_ctl_t *ctl,
     zcopy_wait_init(w, ctl->yield, ctl->rank, what, seq);
 }
 
-/* The ranks' affinities, for zcopy_wait_yields(). */
-static bool ctl_yields(const ctl_hello_t *all, int rank, int nranks)
+/* The ranks' affinities, for zcopy_wait_yields(): borrows the call lists,
+ * which no call uses before set-up ends. */
+static const zcopy_cpus_t **ctl_cpus(const zcopy_comm_t *zc,
+                                     const ctl_hello_t *all)
 {
-    const zcopy_cpus_t *cpus[ZCOPY_COLL_MAX_RANKS];
+    const zcopy_cpus_t **cpus = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
 
-    for (int r = 0; r < nranks; r++)
+    for (int r = 0; r < zc->size; r++)
         cpus[r] = &all[r].cpus;
-    return zcopy_wait_yields(cpus, nranks, rank);
-}
-
-static int ctl_cpus_shared(const ctl_hello_t *all, int nranks)
-{
-    const zcopy_cpus_t *cpus[ZCOPY_COLL_MAX_RANKS];
-
-    for (int r = 0; r < nranks; r++)
-        cpus[r] = &all[r].cpus;
-    return zcopy_cpus_shared(cpus, nranks);
+    return cpus;
 }
 
 /* --- setup --------------------------------------------------------------- */
@@ -168,22 +155,20 @@ static zcopy_status_t access_apply(zcopy_comm_t *zc, const ctl_hello_t *all,
                                    uint64_t table_ino)
 {
     const zcopy_ipc_access_t access = access_agreed(all, zc->size);
-    int32_t ok, oks[ZCOPY_COLL_MAX_RANKS];
     zcopy_status_t st = zcopy_ipc_access_use(access, table_ino);
+    zcopy_comm_vote_t vote;
 
     if (access != ZCOPY_IPC_ACCESS_SOCKET)
         return st;
-    ok = st;
-    if (zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS)
+    if (zcopy_comm_vote(zc, st, false, &vote) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "descriptor sockets: the "
                            "agreement failed");
-    for (int r = 0; r < zc->size; r++)
-        if (oks[r] != ZCOPY_SUCCESS)
-            return st != ZCOPY_SUCCESS
-                       ? st
-                       : zcopy_error(oks[r], "rank %d cannot serve its "
-                                     "descriptors", r);
-    return ZCOPY_SUCCESS;
+    if (vote.rank < 0)
+        return ZCOPY_SUCCESS;
+    return st != ZCOPY_SUCCESS ? st
+                               : zcopy_error(vote.value, "rank %d cannot "
+                                             "serve its descriptors",
+                                             vote.rank);
 }
 
 /* The first rank whose own part of the set-up failed, or -1. */
@@ -208,29 +193,17 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
                                 bool *spans, char *reason, size_t reason_len)
 {
     ctl_hello_t mine = { .segment_fd = -1 }, *all;
-    int32_t ok, oks[ZCOPY_COLL_MAX_RANKS]; /* on the stack: see below */
-    ctl_vote_t vote, votes[ZCOPY_COLL_MAX_RANKS];
+    zcopy_comm_vote_t vote;
     zcopy_ctl_t *ctl = NULL;
-    bool any_yields = false;
     zcopy_status_t st;
     int rc, other, failed;
 
-    if (zc->size > ZCOPY_COLL_MAX_RANKS) { /* the same on every rank */
-        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_COLL_MAX_RANKS);
-        return ZCOPY_ERR_UNSUPPORTED;
-    }
     /* A rank out of memory must still take part in every exchange, or the
-     * others would wait for it forever: agree on the allocation first. */
+     * others would wait for it forever: agree on the allocations first. */
     all = calloc((size_t)zc->size, sizeof(*all));
-    ok = all ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
-    rc = zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx);
-    for (int r = 0; r < zc->size && rc == MPI_SUCCESS; r++) {
-        if (oks[r] != ZCOPY_SUCCESS) {
-            rc = MPI_ERR_NO_MEM;
-            break;
-        }
-    }
-    if (rc != MPI_SUCCESS) {
+    st = all != NULL ? zcopy_comm_lists_alloc(zc) : ZCOPY_ERR_NOMEM;
+    rc = zcopy_comm_vote(zc, st, false, &vote);
+    if (rc != MPI_SUCCESS || vote.rank >= 0) {
         free(all);
         snprintf(reason, reason_len, "setup: out of memory");
         return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
@@ -292,8 +265,10 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     if (st == ZCOPY_SUCCESS && failed < 0)
         st = access_apply(zc, all, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS && failed < 0) {
-        ctl->yield = ctl_yields(all, zc->rank, zc->size);
-        const int shared = zc->rank == 0 ? ctl_cpus_shared(all, zc->size) : 0;
+        ctl->yield = zcopy_wait_yields(ctl_cpus(zc, all), zc->size, zc->rank);
+        const int shared = zc->rank == 0
+                               ? zcopy_cpus_shared(ctl_cpus(zc, all), zc->size)
+                               : 0;
 
         if (shared > 0)
             zcopy_log(ZCOPY_LOG_INFO, "coll", "%d ranks share %d CPU%s: "
@@ -312,32 +287,28 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
 
     /* Agree: zero-copy only if every rank attached; and whether any
      * rank's waits yield, which decides the inline limit for all. */
-    vote = (ctl_vote_t){ .status = st, .yields = ctl && ctl->yield };
-    rc = zc->ops.allgather(&vote, votes, sizeof(vote), zc->ops.ctx);
+    rc = zcopy_comm_vote(zc, st, ctl && ctl->yield, &vote);
     if (rc != MPI_SUCCESS) {
         st = ZCOPY_ERR_INTERNAL;
         snprintf(reason, reason_len, "setup agreement failed");
         goto out;
     }
-    for (int r = 0; r < zc->size; r++) {
-        if (votes[r].status != ZCOPY_SUCCESS) {
-            snprintf(reason, reason_len,
-                     votes[r].status == ZCOPY_ERR_NOMEM
-                         ? "out of memory on rank %d"
-                         : "peer mapping failed on rank %d", r);
-            st = votes[r].status;
-            goto out;
-        }
-        any_yields |= votes[r].yields != 0;
+    if (vote.rank >= 0) {
+        snprintf(reason, reason_len, vote.value == ZCOPY_ERR_NOMEM
+                                         ? "out of memory on rank %d"
+                                         : "peer mapping failed on rank %d",
+                 vote.rank);
+        st = vote.value;
+        goto out;
     }
-    ctl->inline_limit = zcopy_ctl_inline_limit(any_yields);
+    ctl->inline_limit = zcopy_ctl_inline_limit(vote.any);
     if (ctl->inline_limit > all[0].inline_cap)
         ctl->inline_limit = all[0].inline_cap;
     if (zc->rank == 0)
         zcopy_log(ZCOPY_LOG_INFO, "coll", "small collectives: payloads of "
                   "up to %zu bytes per rank ride the control plane (%s)",
                   ctl->inline_limit,
-                  !any_yields ? "coll_zcopy_inline_max"
+                  !vote.any ? "coll_zcopy_inline_max"
                   : ctl->inline_limit < zcopy_ctl_inline_limit(true)
                       ? "some rank's waits yield, but rank 0 saw no reason "
                         "to size the records for it"

@@ -36,7 +36,7 @@ static bool map_all(zcopy_algo_t *al, bool send, size_t len, uint8_t **bufs)
 static void reduce_step(zcopy_algo_t *al, uint8_t *dst, uint8_t *const *ins,
                         int first, size_t offset, size_t count)
 {
-    const void *srcs[ZCOPY_COLL_MAX_RANKS];
+    const void **srcs = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_OPERANDS);
     const int n = al->nranks;
 
     for (int k = 0; k < n; k++) {
@@ -124,7 +124,8 @@ static void allreduce_sliced(zcopy_algo_t *al, uint8_t *const *ins,
 
 zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
 {
-    uint8_t *ins[ZCOPY_COLL_MAX_RANKS], *outs[ZCOPY_COLL_MAX_RANKS];
+    uint8_t **ins = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_INPUTS);
+    uint8_t **outs = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_OUTPUTS);
     const size_t count = al->a->scount, bytes = count * al->ssize;
     const bool in_place = zcopy_algo_args(al, 0)->flags & ZCOPY_PLAN_IN_PLACE;
     unsigned flags;
@@ -146,7 +147,7 @@ zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al)
 
 zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
 {
-    uint8_t *ins[ZCOPY_COLL_MAX_RANKS], *out;
+    uint8_t **ins = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_INPUTS), *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
     const bool small = bytes <= zcopy_config.small_msg;
@@ -226,7 +227,7 @@ static zcopy_status_t repair_blocks(zcopy_algo_t *al)
  * the front after the sync. */
 zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
 {
-    uint8_t *ins[ZCOPY_COLL_MAX_RANKS];
+    uint8_t **ins = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_INPUTS);
     const zcopy_coll_args_t *a = al->a;
     const int n = al->nranks, r = al->rank;
     const size_t e = al->ssize;

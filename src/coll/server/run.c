@@ -51,7 +51,7 @@ static zcopy_status_t server_run_inline(zcopy_comm_t *zc,
                                         const zcopy_coll_args_t *a,
                                         const coll_plan_t *plan, size_t total)
 {
-    const uint8_t *lines[ZCOPY_COLL_MAX_RANKS];
+    const uint8_t **lines = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
     const void *src;
     uint64_t seq;
     size_t len;

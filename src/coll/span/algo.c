@@ -103,7 +103,7 @@ static void reduce_inputs(zcopy_span_algo_t *sa, uint8_t *dst,
                           const uint8_t *const *ins, int n, size_t count,
                           bool share, size_t share_off)
 {
-    const void *srcs[ZCOPY_COLL_MAX_RANKS];
+    const void **srcs = zcopy_comm_list(sa->zc, ZCOPY_COMM_LIST_OPERANDS);
     const size_t e = sa->ssize, chunk = zcopy_chunk_elems(e);
 
     for (size_t at = 0; at < count && !sa->failed; at += chunk) {
@@ -126,7 +126,7 @@ static void reduce_inputs(zcopy_span_algo_t *sa, uint8_t *dst,
 static void owner_reduce(zcopy_span_algo_t *sa, uint8_t *dst, int first,
                          size_t off, size_t count)
 {
-    const uint8_t *ins[ZCOPY_COLL_MAX_RANKS];
+    const uint8_t **ins = zcopy_comm_list(sa->zc, ZCOPY_COMM_LIST_INPUTS);
     const int n = sa->nranks;
     const size_t bytes = count * sa->ssize;
     uint8_t *slot = sa->sp->landing;
@@ -158,7 +158,7 @@ static void group_reduce(zcopy_span_algo_t *sa, uint8_t *dst, size_t off,
     const zcopy_span_t *sp = sa->sp;
     const int g = group_of(sa, sa->rank), m = my_group_size(sa);
     const size_t e = sa->ssize;
-    const uint8_t *ins[ZCOPY_COLL_MAX_RANKS];
+    const uint8_t **ins = zcopy_comm_list(sa->zc, ZCOPY_COMM_LIST_INPUTS);
 
     if (count == 0)
         return;
@@ -254,7 +254,7 @@ static void make_partials(zcopy_span_algo_t *sa)
 static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
                              uint8_t *dst, int first, bool share)
 {
-    const uint8_t *ins[ZCOPY_COLL_MAX_RANKS];
+    const uint8_t **ins = zcopy_comm_list(sa->zc, ZCOPY_COMM_LIST_INPUTS);
     const zcopy_span_t *sp = sa->sp;
     const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
     const size_t e = sa->ssize, len = hi - lo;

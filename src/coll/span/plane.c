@@ -141,7 +141,7 @@ static size_t plane_payload_size(int nranks)
 
 typedef struct {
     int32_t fd;                   /* the leader's segment, for its members */
-    int32_t status;
+    int32_t reserved;
     uint64_t ino;
 } plane_offer_t;
 
@@ -151,9 +151,8 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     const int g = sp->group[sp->rank];
     const int gsize = zcopy_span_group_size(sp, g);
     const zcopy_cpus_t **cpus;
-    /* On the stack: an allocation that fails must not keep a rank out of
-     * the exchange below. */
-    plane_offer_t mine = { .fd = -1 }, offers[ZCOPY_COLL_MAX_RANKS];
+    plane_offer_t mine = { .fd = -1 }, *offers;
+    zcopy_comm_vote_t vote;
     zcopy_status_t st = ZCOPY_SUCCESS;
     int fd = -1;
     void *p;
@@ -163,7 +162,8 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     cpus = calloc((size_t)gsize, sizeof(*cpus));
-    if (!sp->group_tag || !sp->group_flags || !cpus)
+    offers = calloc((size_t)sp->nranks, sizeof(*offers));
+    if (!sp->group_tag || !sp->group_flags || !cpus || !offers)
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
     else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
@@ -188,18 +188,20 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
         if (st == ZCOPY_SUCCESS) /* to the members, if over sockets */
             zcopy_ipc_fdpass_offer(sp->plane_fd, mine.ino);
     }
-    mine.status = st;
-    /* Every rank takes part, whatever failed: the others wait for it. */
-    if (zc->ops.allgather(&mine, offers, sizeof(mine), zc->ops.ctx) !=
-        MPI_SUCCESS) {
+    /* Every rank takes part, whatever failed: the others wait for it. The
+     * offers travel only once every rank has made its part and has room
+     * for them. */
+    if (zcopy_comm_vote(zc, st, false, &vote) != MPI_SUCCESS ||
+        (vote.rank < 0 && zc->ops.allgather(&mine, offers, sizeof(mine),
+                                            zc->ops.ctx) != MPI_SUCCESS)) {
         st = zcopy_error(ZCOPY_ERR_INTERNAL, "control plane: exchange failed");
         goto out;
     }
     if (st != ZCOPY_SUCCESS)
         goto out;
-    if (offers[sp->leader].status != ZCOPY_SUCCESS) {
-        st = zcopy_error(ZCOPY_ERR_INTERNAL, "control plane: the leader, rank "
-                         "%d, could not make the segment", sp->leader);
+    if (vote.rank >= 0) {
+        st = zcopy_error(ZCOPY_ERR_INTERNAL, "control plane: rank %d could "
+                         "not make its part", vote.rank);
         goto out;
     }
     fd = sp->plane_fd;
@@ -220,6 +222,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->plane = p;
     sp->area = plane_area(sp, 0);
 out:
+    free(offers);
     free(cpus);
     return st;
 }

@@ -166,17 +166,15 @@ static zcopy_status_t span_agree(zcopy_comm_t *zc, zcopy_status_t st,
                                  const char *what, char *reason,
                                  size_t reason_len)
 {
-    int32_t ok = st, oks[ZCOPY_COLL_MAX_RANKS];
+    zcopy_comm_vote_t vote;
 
-    if (zc->ops.allgather(&ok, oks, sizeof(ok), zc->ops.ctx) != MPI_SUCCESS) {
+    if (zcopy_comm_vote(zc, st, false, &vote) != MPI_SUCCESS) {
         snprintf(reason, reason_len, "setup agreement failed");
         return ZCOPY_ERR_INTERNAL;
     }
-    for (int r = 0; r < zc->size; r++) {
-        if (oks[r] != ZCOPY_SUCCESS) {
-            snprintf(reason, reason_len, "%s failed on rank %d", what, r);
-            return oks[r];
-        }
+    if (vote.rank >= 0) {
+        snprintf(reason, reason_len, "%s failed on rank %d", what, vote.rank);
+        return vote.value;
     }
     return ZCOPY_SUCCESS;
 }
@@ -191,13 +189,9 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     zcopy_span_t *sp;
     zcopy_status_t st;
 
-    if (zc->size > ZCOPY_COLL_MAX_RANKS) { /* the same on every rank */
-        snprintf(reason, reason_len, "more than %d ranks", ZCOPY_COLL_MAX_RANKS);
-        return ZCOPY_ERR_UNSUPPORTED;
-    }
     sp = span_alloc(zc->rank, zc->size);
     all = calloc((size_t)zc->size, sizeof(*all));
-    st = sp && all ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+    st = sp && all ? zcopy_comm_lists_alloc(zc) : ZCOPY_ERR_NOMEM;
     zcopy_topo_rank_self(&mine.where);
     zcopy_cpus_of_self(&mine.cpus);
     if (sp != NULL)
@@ -609,7 +603,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_span_algo_t sa = { .zc = zc, .sp = sp, .a = a, .rank = zc->rank,
                              .nranks = zc->size,
                              .comp = ZCOPY_UCX_COMP_INIT };
-    const uint8_t *lines[ZCOPY_COLL_MAX_RANKS];
     zcopy_span_payload_t pl = { .root = -1 };
     zcopy_span_desc_t mine;
     const void *src = NULL;
@@ -662,6 +655,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (inline_total > 0) {
         /* The payloads came with the arrivals: nobody reads a peer's
          * buffer, so no sync follows (as in a server, inline.c). */
+        const uint8_t **lines = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
+
         for (int r = 0; r < sp->nranks; r++)
             lines[r] = zcopy_span_payload_of(sp, r);
         ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, inline_total));
