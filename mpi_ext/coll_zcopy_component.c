@@ -17,6 +17,7 @@
 
 #include "coll/coll.h"
 #include "ipc/ipc.h"
+#include "ucx/ucx.h"
 
 static int zcopy_register(void);
 static int zcopy_init_query(bool enable_progress_threads,
@@ -381,6 +382,16 @@ static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
     return OMPI_SUCCESS;
 }
 
+/* Of the process, bound to nothing. */
+static int zcopy_pvar_connections(const struct mca_base_pvar_t *pvar,
+                                  void *value, void *obj)
+{
+    (void)pvar;
+    (void)obj;
+    *(unsigned long long *)value = zcopy_ucx_connections();
+    return OMPI_SUCCESS;
+}
+
 static int zcopy_pvar_notify(struct mca_base_pvar_t *pvar,
                              mca_base_pvar_event_t event, void *obj,
                              int *count)
@@ -425,5 +436,14 @@ int mca_coll_zcopy_register_pvars(void)
             MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
             zcopy_pvar_get, NULL, zcopy_pvar_notify,
             (void *)(uintptr_t)pvars[i].which);
+    (void)mca_base_component_pvar_register(
+        &mca_coll_zcopy_component.super.collm_version, "ucx_connections",
+        "UCX endpoints this process has connected for zero-copy collectives "
+        "between servers (each connects at its first transfer)",
+        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_LEVEL,
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
+        MCA_BASE_VAR_BIND_NO_OBJECT,
+        MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
+        zcopy_pvar_connections, NULL, NULL, NULL);
     return OMPI_SUCCESS;
 }

@@ -128,9 +128,11 @@ zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
     memcpy(ep->address, address, address_len);
     ep->address_len = address_len;
     ep->key = *key;
-    st = ep_connect_locked(ep);
-    if (st != ZCOPY_SUCCESS)
-        goto err_free_address;
+    /* Not connected yet: a communicator that spans servers names every
+     * rank of the other servers at set-up, but a rank talks to few of
+     * them (its leader's peers, the ranks its algorithms read from), and
+     * each connection holds sockets or queue pairs and buffers on both
+     * sides. Its first transfer connects it (zcopy_ucx_ep_handle_locked). */
     ep->refs = 1;
     zcopy_ucx.eps[zcopy_ucx.neps++] = ep;
     zcopy_log(ZCOPY_LOG_TRACE, "ucx", "endpoint to pid %llu on host %#llx",
@@ -138,8 +140,6 @@ zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
     *ep_p = ep;
     goto out;
 
-err_free_address:
-    free(ep->address);
 err_free_ep:
     free(ep);
 out:
@@ -527,7 +527,28 @@ void zcopy_ucx_rkey_prune(zcopy_ucx_ep_t *ep, const uint64_t *live,
     pthread_mutex_unlock(&zcopy_ucx.lock);
 }
 
-bool zcopy_ucx_ep_rma_native(const zcopy_ucx_ep_t *ep)
+bool zcopy_ucx_ep_rma_native(zcopy_ucx_ep_t *ep)
 {
-    return ep->rma_native;
+    ucp_ep_h handle;
+    bool native;
+
+    /* Known once connected; connecting here costs nothing that the
+     * transfer which asks would not pay. A connection that fails answers
+     * "emulated", and that transfer then fails on it. */
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    native = zcopy_ucx_ep_handle_locked(ep, &handle) == ZCOPY_SUCCESS &&
+             ep->rma_native;
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return native;
+}
+
+ZCOPY_COMPONENT_API size_t zcopy_ucx_connections(void)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    for (size_t i = 0; i < zcopy_ucx.neps; i++)
+        n += zcopy_ucx.eps[i]->handle != NULL;
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return n;
 }

@@ -124,14 +124,19 @@ static inline unsigned zcopy_ucx_progress(void)
 /* --- endpoints ------------------------------------------------------------ */
 
 /* A reference on the endpoint to the peer @key whose worker address is
- * [@address, +@address_len), created on first use. */
+ * [@address, +@address_len), created on first use; UCX connects it at its
+ * first transfer. */
 zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
                                 const void *address, size_t address_len,
                                 zcopy_ucx_ep_t **ep_p);
 
 /* Whether a get to this peer is done by the network hardware (rc, dc),
  * not emulated by the peer's worker (tcp, shared memory in UCX 1.13). */
-bool zcopy_ucx_ep_rma_native(const zcopy_ucx_ep_t *ep);
+bool zcopy_ucx_ep_rma_native(zcopy_ucx_ep_t *ep);
+
+/* Endpoints of this process that UCX has connected (MPI_T's
+ * coll_zcopy_ucx_connections). */
+ZCOPY_COMPONENT_API size_t zcopy_ucx_connections(void);
 
 /* Drops a reference. The last one flushes the endpoint, destroys its remote
  * keys and closes it in flush mode, progressing until done: the peer must

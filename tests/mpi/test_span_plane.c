@@ -123,6 +123,60 @@ static void check(const layout_t *l, const sent_t *all, const char *what)
     }
 }
 
+/* UCX endpoints this process has connected (MPI_T, a level bound to
+ * nothing): a connection opens at its first transfer, so a rank holds
+ * those to the peers it talks to, not one to every rank of the other
+ * servers. */
+static unsigned long long ucx_connections(void)
+{
+    unsigned long long value = 0;
+    MPI_T_pvar_session session;
+    MPI_T_pvar_handle handle;
+    int index, count, provided;
+
+    MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
+    MPI_T_pvar_session_create(&session);
+    if (ZT_CHECK(MPI_T_pvar_get_index("coll_zcopy_ucx_connections",
+                                      MPI_T_PVAR_CLASS_LEVEL, &index) ==
+                     MPI_SUCCESS, "no MPI_T variable "
+                     "coll_zcopy_ucx_connections") &&
+        ZT_CHECK(MPI_T_pvar_handle_alloc(session, index, NULL, &handle,
+                                         &count) == MPI_SUCCESS && count == 1,
+                 "coll_zcopy_ucx_connections: no handle")) {
+        MPI_T_pvar_read(session, handle, &value);
+        MPI_T_pvar_handle_free(session, &handle);
+    }
+    MPI_T_pvar_session_free(&session);
+    MPI_T_finalize();
+    return value;
+}
+
+/* After calls whose payloads rode the arrival: only the leaders talked
+ * between servers, each to every other leader. */
+static void check_connections_inline(const layout_t *l, int rank)
+{
+    const bool leader = rank % l->per == 0;
+    const unsigned long long expected = leader ? (unsigned long long)l->ngroups - 1 : 0;
+    const unsigned long long got = ucx_connections();
+
+    ZT_CHECK(got == expected, "rank %d (%s) after small calls: %llu UCX "
+             "connections, expected %llu", rank,
+             leader ? "a leader" : "leads no server", got, expected);
+}
+
+/* After large allreduces, which read between servers: a rank connected to
+ * the ranks it reads from, at most one per other server (the members that
+ * match it), whatever the ranks of those servers. */
+static void check_connections_read(const layout_t *l, int rank)
+{
+    const unsigned long long got = ucx_connections();
+
+    ZT_CHECK(got >= 1 && got <= (unsigned long long)l->ngroups - 1,
+             "rank %d after large allreduces: %llu UCX connections, "
+             "expected 1 to %d (one per other server)", rank, got,
+             l->ngroups - 1);
+}
+
 static void run_barrier(MPI_Comm comm)
 {
     MPI_Barrier(comm);
@@ -358,9 +412,12 @@ int main(int argc, char **argv)
     check(&l, all, "barrier");
     measure(MPI_COMM_WORLD, peers, run_tiny_allreduce, all);
     check(&l, all, "8-byte allreduce");
-    if (l.per > 1) /* the record of a rank that leads no server, less the
-                      allreduce's 8 bytes of payload */
+    check_connections_inline(&l, rank);
+    if (l.per > 1) { /* the record of a rank that leads no server, less the
+                        allreduce's 8 bytes of payload */
         check_keys_once(&l, rank, all[1].bytes / CALLS - 2 * sizeof(int32_t));
+        check_connections_read(&l, rank);
+    }
     ZT_CHECK(tiny_out[0] == nranks * (nranks - 1) / 2 &&
                  tiny_out[1] == tiny_out[0],
              "allreduce: %d %d, expected %d", tiny_out[0], tiny_out[1],

@@ -347,7 +347,7 @@ static void span_copy_mapped(zcopy_span_algo_t *sa, int r, uint64_t addr,
 
 /* coll_zcopy_ucx_fetch: auto reads by get only where the network does it
  * without the peer's worker (src/ucx/README.md, "Fetch engines"). */
-static bool span_fetch_by_get(const zcopy_ucx_ep_t *ep)
+static bool span_fetch_by_get(zcopy_ucx_ep_t *ep)
 {
     if (zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_AUTO)
         return zcopy_ucx_ep_rma_native(ep);
