@@ -28,6 +28,7 @@ typedef struct {
     unsigned long inline_max_yield; /* coll_zcopy_inline_max_yield */
     int ucx_fetch;                /* coll_zcopy_ucx_fetch */
     unsigned long span_inline_max; /* coll_zcopy_span_inline_max */
+    int span_dissemination_min;   /* coll_zcopy_span_dissemination_min */
     int yield;                    /* coll_zcopy_yield */
     int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
     int wait_report;              /* coll_zcopy_wait_report, seconds */

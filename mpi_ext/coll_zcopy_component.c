@@ -46,6 +46,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .inline_max = 1024,
     .inline_max_yield = 8192,
     .span_inline_max = 262144,
+    .span_dissemination_min = 64,
     .yield = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
@@ -213,6 +214,13 @@ static int zcopy_register(void)
         "with the arrival, one round between the servers' leaders instead "
         "of UCX transfers and syncs: a copy in and out. 0 never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
+    zcopy_register_int("span_dissemination_min",
+        "On communicators that span at least this many servers, the "
+        "servers' leaders pass a sync (the steps of a collective moved by "
+        "UCX) in ceil(log2(servers)) steps of one message each "
+        "(dissemination), instead of one step in which each sends a "
+        "message to every other leader; 0 never does",
+        OPAL_INFO_LVL_9, &c->span_dissemination_min);
 
     zcopy_register_ulong("streaming_min",
         "Copies of at least this many bytes use streaming stores, which "
@@ -238,6 +246,8 @@ static int zcopy_register(void)
     zcopy_config.inline_max = c->inline_max;
     zcopy_config.inline_max_yield = c->inline_max_yield;
     zcopy_config.span_inline_max = c->span_inline_max;
+    zcopy_config.span_dissemination_min =
+        c->span_dissemination_min > 0 ? c->span_dissemination_min : 0;
     zcopy_config.streaming_min = c->streaming_min;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;

@@ -12,6 +12,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .inline_max = 1024,
     .inline_max_yield = 8192,
     .span_inline_max = 262144,
+    .span_dissemination_min = 64,
     .wait_report_s = 60,
     .yield_mode = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,

@@ -63,7 +63,7 @@ typedef struct {
     uint32_t opted_out;           /* info key mpix_zcopy */
     uint32_t transport;           /* coll_zcopy_transport */
     uint32_t virtual_servers;     /* coll_zcopy_virtual_servers */
-    uint32_t pad;
+    uint32_t span_dissemination_min; /* coll_zcopy_span_dissemination_min */
     uint64_t small_msg;           /* coll_zcopy_small_msg */
     uint64_t inline_max;          /* coll_zcopy_inline_max */
     uint64_t inline_max_yield;    /* coll_zcopy_inline_max_yield */
@@ -74,7 +74,7 @@ static const char *const setting_names[] = {
     NULL, "info key mpix_zcopy", "coll_zcopy_transport",
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
     "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
-    "coll_zcopy_inline_max_yield",
+    "coll_zcopy_inline_max_yield", "coll_zcopy_span_dissemination_min",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -93,7 +93,10 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 5;
     if (mine->span_inline_max != root->span_inline_max)
         return 6;
-    return mine->inline_max_yield != root->inline_max_yield ? 7 : 0;
+    if (mine->inline_max_yield != root->inline_max_yield)
+        return 7;
+    return mine->span_dissemination_min != root->span_dissemination_min ? 8
+                                                                        : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -112,6 +115,8 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .inline_max = zcopy_ctl_inline_limit(false),
         .inline_max_yield = zcopy_ctl_inline_limit(true),
         .span_inline_max = zcopy_config.span_inline_max,
+        .span_dissemination_min =
+            (uint32_t)zcopy_config.span_dissemination_min,
     };
     coll_settings_t root = mine;
     zcopy_comm_vote_t vote;

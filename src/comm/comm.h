@@ -60,7 +60,7 @@ typedef struct zcopy_comm {
     uint64_t retry_at;            /* ZCOPY_COMM_RETRY: set up again there */
     unsigned setups;              /* set-ups tried */
     bool opted_out;               /* this rank's info key mpix_zcopy */
-    char disabled_reason[48];
+    char disabled_reason[64];
     zcopy_covers_cache_t covers_cache; /* buffers found activated */
     struct {
         MPI_Op op;

@@ -43,11 +43,14 @@ zcopy_add_settings_test(settings_mca coll_zcopy_small_msg 1024)
 zcopy_add_settings_test(settings_inline coll_zcopy_inline_max 48)
 # The limit where waits yield: 4 KiB on rank 0, 1 KiB elsewhere.
 zcopy_add_settings_test(settings_inline_yield coll_zcopy_inline_max_yield 4096)
+# Leaders that pass syncs differently would wait for messages never sent.
+zcopy_add_settings_test(settings_dissemination
+                        coll_zcopy_span_dissemination_min 2)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
           replan.np2 replan.np3
           settings.np3 settings_mca.np3 settings_inline.np3
-          settings_inline_yield.np3 release.np2 mapfail.np2 mapfail.np3
+          settings_inline_yield.np3 settings_dissemination.np3 release.np2 mapfail.np2 mapfail.np3
           mapfail_inplace.np2 mapfail_inplace.np3
           setupretry.np2 setupretry.np3)
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)

@@ -55,3 +55,18 @@ zcopy_add_mpi_test(NAME mpi.span_plane.vservers16.np32 TARGET test_span_plane
                    NP 32 MCA coll_zcopy_virtual_servers=16 LABELS span scale)
 zcopy_add_mpi_test(NAME mpi.span_plane.ucx.np3 TARGET test_span_plane
                    NP 3 MCA coll_zcopy_transport=ucx LABELS span)
+# Syncs by dissemination among the leaders (ceil(log2 S) messages each, not
+# S - 1), forced at few servers: 4 of 2 ranks, 3 of 2 (no power of two),
+# and 8 of 2.
+zcopy_add_mpi_test(NAME mpi.span_plane.dissemination.vservers4.np8
+                   TARGET test_span_plane NP 8
+                   MCA coll_zcopy_virtual_servers=4
+                       coll_zcopy_span_dissemination_min=2 LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_plane.dissemination.vservers3.np6
+                   TARGET test_span_plane NP 6
+                   MCA coll_zcopy_virtual_servers=3
+                       coll_zcopy_span_dissemination_min=2 LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_plane.dissemination.vservers8.np16
+                   TARGET test_span_plane NP 16
+                   MCA coll_zcopy_virtual_servers=8
+                       coll_zcopy_span_dissemination_min=2 LABELS span scale)

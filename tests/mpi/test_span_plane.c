@@ -333,6 +333,22 @@ static void check_range_first(const layout_t *l, int rank)
  * the second call: the first fetches the keys. */
 #define BIG_COUNT (256 << 10) /* 1 MiB of ints: above every inline limit */
 #define BIG_CALLS 10
+#define BIG_SYNCS 3 /* of such an allreduce on servers of several ranks */
+
+/* Messages a leader sends to other leaders per sync: one to each, or one
+ * per step of a dissemination from coll_zcopy_span_dissemination_min
+ * servers on (ceil(log2 servers) steps). */
+static int sync_steps(const layout_t *l)
+{
+    const int from = zt_cvar_int("coll_zcopy_span_dissemination_min", 64);
+    int steps = 0;
+
+    if (from == 0 || l->ngroups < from)
+        return l->ngroups - 1;
+    for (int d = 1; d < l->ngroups; d *= 2)
+        steps++;
+    return steps;
+}
 
 static void check_keys_once(const layout_t *l, int rank, size_t arrival)
 {
@@ -366,6 +382,19 @@ static void check_keys_once(const layout_t *l, int rank, size_t arrival)
              out[BIG_COUNT - 1]);
     msgs = s1.ctl_msgs - s0.ctl_msgs;
     bytes = s1.ctl_bytes - s0.ctl_bytes;
+    if (rank % l->per == 0) {
+        /* A leader per call: its arrival's record and one message to
+         * every other leader, then per sync (three here: partials made,
+         * slices reduced, done) its record and one message per step. */
+        const unsigned long long expected =
+            BIG_CALLS * ((unsigned long long)l->ngroups +
+                         BIG_SYNCS * (1 + sync_steps(l)));
+
+        ZT_CHECK(msgs == expected, "leader rank %d: %llu control messages "
+                 "in %d allreduces after the first, expected %llu (%d "
+                 "servers, %d leaders' steps per sync)", rank, msgs,
+                 BIG_CALLS, expected, l->ngroups, sync_steps(l));
+    }
     if (rank % l->per != 0 && msgs >= BIG_CALLS) {
         /* bytes = calls * arrival + 4 * (msgs - calls - keys) + 32 * keys */
         fetched = (bytes - BIG_CALLS * arrival - 4 * (msgs - BIG_CALLS)) / 28;

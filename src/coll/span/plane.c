@@ -93,6 +93,12 @@ static void plane_id_free(uint32_t id)
                                   memory_order_relaxed);
 }
 
+/* The leader of group @h: its first member. */
+static int plane_leader_of(const zcopy_span_t *sp, int h)
+{
+    return sp->members[sp->group_start[h]];
+}
+
 static plane_line_t *plane_line(const zcopy_span_t *sp, int line)
 {
     return (plane_line_t *)(sp->plane + (size_t)line * ZCOPY_CACHE_LINE);
@@ -158,7 +164,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     void *p;
 
     sp->plane_fd = -1;
-    sp->leader = sp->members[sp->group_start[g]];
+    sp->leader = plane_leader_of(sp, g);
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     cpus = calloc((size_t)gsize, sizeof(*cpus));
@@ -173,7 +179,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
                          PLANE_MAX_GROUPS);
     if (st == ZCOPY_SUCCESS) {
         for (int h = 0; h < sp->ngroups; h++)
-            sp->group_tag[h] = all[sp->members[sp->group_start[h]]].plane_id;
+            sp->group_tag[h] = all[plane_leader_of(sp, h)].plane_id;
         for (int i = 0; i < gsize; i++)
             cpus[i] = &all[sp->members[sp->group_start[g] + i]].cpus;
         sp->yield = zcopy_wait_yields(cpus, gsize, sp->index[sp->rank]);
@@ -305,7 +311,7 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
 
         if (h == me)
             continue;
-        sent = zcopy_ucx_tag_send(sp->eps[sp->members[sp->group_start[h]]],
+        sent = zcopy_ucx_tag_send(sp->eps[plane_leader_of(sp, h)],
                                   buf, len, plane_tag(sp, h, me, round),
                                   &comp) == ZCOPY_SUCCESS;
         if (sent)
@@ -315,14 +321,66 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     /* Whatever failed, what was posted completes before the buffers go;
      * without a worker (finalized under us), nothing will. */
     while (!zcopy_ucx_test(&comp))
-        zcopy_wait_relax_polled(w, sp->members[sp->group_start[(me + 1) %
-                                                               sp->ngroups]]);
+        zcopy_wait_relax_polled(w, plane_leader_of(sp, (me + 1) %
+                                                           sp->ngroups));
     if (!ok || comp.failure != 0 || comp.pending != 0) {
         zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
                   "servers failed: %s", sp->rank, zcopy_error_detail());
         return false;
     }
     return true;
+}
+
+/* Whether the leaders pass a sync by dissemination: from
+ * coll_zcopy_span_dissemination_min servers on (agreed at set-up, so every
+ * leader decides alike). One step of S - 1 messages costs a leader a send
+ * and a receive per other server; ceil(log2 S) steps of one message cost
+ * that many latencies in a row, which pays only once S - 1 messages take
+ * longer than the extra steps. */
+static bool plane_disseminates(const zcopy_span_t *sp)
+{
+    return zcopy_config.span_dissemination_min > 0 &&
+           sp->ngroups >= zcopy_config.span_dissemination_min;
+}
+
+/* Leader: a sync's reports, or-ed over every group, in ceil(log2 S) steps:
+ * at the step of distance d this leader sends what it has or-ed so far to
+ * the leader d groups on and or-s in what the leader d groups back sends.
+ * After the step of distance d it holds the reports of the 2d groups up
+ * to itself, so after the last every report; or-ing one twice (S no power
+ * of two) changes nothing. Each step has a sender of its own, so the tags
+ * (its group) tell the steps apart. Like plane_exchange, every step is
+ * posted even after a failure, so no leader waits for a message that was
+ * never sent; false when a message failed. */
+static bool plane_disseminate(zcopy_comm_t *zc, zcopy_span_t *sp,
+                              uint64_t round, unsigned *any, zcopy_wait_t *w)
+{
+    const int me = sp->group[sp->rank], ngroups = sp->ngroups;
+    bool ok = true;
+
+    for (int d = 1; d < ngroups; d *= 2) {
+        const int to = (me + d) % ngroups, from = (me - d + ngroups) % ngroups;
+        zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+        uint32_t out = *any, in = 0;
+        bool sent;
+
+        ok &= zcopy_ucx_tag_recv(&in, sizeof(in), plane_tag(sp, me, from, round),
+                                 &comp) == ZCOPY_SUCCESS;
+        sent = zcopy_ucx_tag_send(sp->eps[plane_leader_of(sp, to)], &out,
+                                  sizeof(out), plane_tag(sp, to, me, round),
+                                  &comp) == ZCOPY_SUCCESS;
+        if (sent)
+            plane_count(zc, 1, sizeof(out));
+        ok &= sent;
+        while (!zcopy_ucx_test(&comp))
+            zcopy_wait_relax_polled(w, plane_leader_of(sp, from));
+        ok &= comp.failure == 0 && comp.pending == 0;
+        *any |= in;
+    }
+    if (!ok)
+        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
+                  "servers failed: %s", sp->rank, zcopy_error_detail());
+    return ok;
 }
 
 /* One round: this rank enters it with @flags; returns the round's flags
@@ -360,10 +418,14 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         any |= line->flags;
     }
     sp->sync_out = any;
-    top->failed = sp->ngroups > 1 && !plane_exchange(zc, sp, arrival, round,
-                                                     &w);
-    for (int h = 0; h < sp->ngroups && !arrival; h++)
-        any |= h == g ? 0 : sp->group_flags[h];
+    if (sp->ngroups > 1 && !arrival && plane_disseminates(sp)) {
+        top->failed = !plane_disseminate(zc, sp, round, &any, &w);
+    } else {
+        top->failed = sp->ngroups > 1 && !plane_exchange(zc, sp, arrival,
+                                                         round, &w);
+        for (int h = 0; h < sp->ngroups && !arrival; h++)
+            any |= h == g ? 0 : sp->group_flags[h];
+    }
     top->flags = any;
     /* Release: members that see the round see the received arrivals. */
     atomic_store_explicit(&top->round, round, memory_order_release);
