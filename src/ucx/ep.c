@@ -80,7 +80,8 @@ static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
 
 zcopy_status_t zcopy_ucx_ep_handle_locked(zcopy_ucx_ep_t *ep, ucp_ep_h *handle_p)
 {
-    /* Closed by zcopy_ucx_disconnect(): a communicator that outlived it
+    /* Not connected yet (endpoints connect at their first transfer), or
+     * closed by zcopy_ucx_disconnect(): a communicator that outlived it
      * (a collective from a later finalize callback) connects again. */
     if (ep->handle == NULL)
         ZCOPY_CHECK(ep_connect_locked(ep));
@@ -540,6 +541,17 @@ bool zcopy_ucx_ep_rma_native(zcopy_ucx_ep_t *ep)
              ep->rma_native;
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return native;
+}
+
+zcopy_status_t zcopy_ucx_ep_connect(zcopy_ucx_ep_t *ep)
+{
+    ucp_ep_h handle;
+    zcopy_status_t st;
+
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    st = zcopy_ucx_ep_handle_locked(ep, &handle);
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    return st;
 }
 
 ZCOPY_COMPONENT_API size_t zcopy_ucx_connections(void)

@@ -134,6 +134,10 @@ zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
  * not emulated by the peer's worker (tcp, shared memory in UCX 1.13). */
 bool zcopy_ucx_ep_rma_native(zcopy_ucx_ep_t *ep);
 
+/* Connects now, where a failure must be known before the first transfer
+ * (a peer that would wait for a message never sent). */
+zcopy_status_t zcopy_ucx_ep_connect(zcopy_ucx_ep_t *ep);
+
 /* Endpoints of this process that UCX has connected (MPI_T's
  * coll_zcopy_ucx_connections). */
 ZCOPY_COMPONENT_API size_t zcopy_ucx_connections(void);
@@ -265,6 +269,18 @@ zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
                                   zcopy_ucx_comp_t *comp);
 zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
                                   zcopy_ucx_comp_t *comp);
+
+/* One message in pieces (UCX's iov datatype): sent from, or received
+ * into, the pieces in order. The array must outlive the operation. */
+typedef struct {
+    void *buf;
+    size_t len;
+} zcopy_ucx_iov_t;
+zcopy_status_t zcopy_ucx_tag_sendv(zcopy_ucx_ep_t *ep,
+                                   const zcopy_ucx_iov_t *iov, size_t n,
+                                   uint64_t tag, zcopy_ucx_comp_t *comp);
+zcopy_status_t zcopy_ucx_tag_recvv(const zcopy_ucx_iov_t *iov, size_t n,
+                                   uint64_t tag, zcopy_ucx_comp_t *comp);
 
 /* --- activated blocks (blocks.c) ---------------------------------------- */
 

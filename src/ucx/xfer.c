@@ -10,6 +10,9 @@
  */
 #include "ucx_int.h"
 
+#include <assert.h>
+#include <stddef.h>
+
 static void request_done(void *request, ucs_status_t status, void *user_data)
 {
     zcopy_ucx_comp_t *comp = user_data;
@@ -187,50 +190,63 @@ static zcopy_status_t tag_args_check(const char *what, const void *buf,
     return ZCOPY_SUCCESS;
 }
 
-zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
-                                  size_t len, uint64_t tag,
-                                  zcopy_ucx_comp_t *comp)
+/* zcopy_ucx_iov_t is UCX's iov entry, so that callers need no UCX header. */
+static_assert(sizeof(zcopy_ucx_iov_t) == sizeof(ucp_dt_iov_t) &&
+                  offsetof(zcopy_ucx_iov_t, buf) ==
+                      offsetof(ucp_dt_iov_t, buffer) &&
+                  offsetof(zcopy_ucx_iov_t, len) ==
+                      offsetof(ucp_dt_iov_t, length),
+              "zcopy_ucx_iov_t matches ucp_dt_iov_t");
+
+/* @count bytes at @buf, or (@iov) @count pieces of iov entries. */
+static zcopy_status_t tag_send(zcopy_ucx_ep_t *ep, const void *buf,
+                               size_t count, bool iov, size_t len,
+                               uint64_t tag, zcopy_ucx_comp_t *comp)
 {
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                        UCP_OP_ATTR_FIELD_USER_DATA,
+                        UCP_OP_ATTR_FIELD_USER_DATA |
+                        (iov ? UCP_OP_ATTR_FIELD_DATATYPE : 0),
         .cb.send      = request_done,
         .user_data    = comp,
+        .datatype     = iov ? ucp_dt_make_iov() : ucp_dt_make_contig(1),
     };
     zcopy_status_t st;
     ucp_ep_h handle;
 
     if (ep == NULL)
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: send: NULL endpoint");
-    ZCOPY_CHECK(tag_args_check("send", buf, len, tag, comp));
+    ZCOPY_CHECK(tag_args_check("send", buf, count, tag, comp));
     pthread_mutex_lock(&zcopy_ucx.lock);
     st = zcopy_ucx_ep_handle_locked(ep, &handle);
     if (st == ZCOPY_SUCCESS)
-        st = comp_add(comp, ucp_tag_send_nbx(handle, buf, len, tag, &param),
+        st = comp_add(comp, ucp_tag_send_nbx(handle, buf, count, tag, &param),
                       "send", ep, len);
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return st;
 }
 
-zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
-                                  zcopy_ucx_comp_t *comp)
+static zcopy_status_t tag_recv(void *buf, size_t count, bool iov, size_t len,
+                               uint64_t tag, zcopy_ucx_comp_t *comp)
 {
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                        UCP_OP_ATTR_FIELD_USER_DATA,
+                        UCP_OP_ATTR_FIELD_USER_DATA |
+                        (iov ? UCP_OP_ATTR_FIELD_DATATYPE : 0),
         .cb.recv      = recv_done,
         .user_data    = comp,
+        .datatype     = iov ? ucp_dt_make_iov() : ucp_dt_make_contig(1),
     };
     ucs_status_ptr_t request;
     zcopy_status_t st = ZCOPY_SUCCESS;
 
-    ZCOPY_CHECK(tag_args_check("receive", buf, len, tag, comp));
+    ZCOPY_CHECK(tag_args_check("receive", buf, count, tag, comp));
     pthread_mutex_lock(&zcopy_ucx.lock);
     if (zcopy_ucx.state != UCX_STATE_LIVE) {
         pthread_mutex_unlock(&zcopy_ucx.lock);
         return zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: receive: no worker");
     }
-    request = ucp_tag_recv_nbx(zcopy_ucx.worker, buf, len, tag,
+    request = ucp_tag_recv_nbx(zcopy_ucx.worker, buf, count, tag,
                                ZCOPY_UCX_TAG_MASK_ALL, &param);
     if (UCS_PTR_IS_ERR(request))
         st = zcopy_ucx_error(UCS_PTR_STATUS(request), "ucx: receive of %zu "
@@ -239,6 +255,41 @@ zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
         comp->pending++;
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return st;
+}
+
+static size_t iov_bytes(const zcopy_ucx_iov_t *iov, size_t n)
+{
+    size_t len = 0;
+
+    for (size_t i = 0; i < n; i++)
+        len += iov[i].len;
+    return len;
+}
+
+zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
+                                  size_t len, uint64_t tag,
+                                  zcopy_ucx_comp_t *comp)
+{
+    return tag_send(ep, buf, len, false, len, tag, comp);
+}
+
+zcopy_status_t zcopy_ucx_tag_recv(void *buf, size_t len, uint64_t tag,
+                                  zcopy_ucx_comp_t *comp)
+{
+    return tag_recv(buf, len, false, len, tag, comp);
+}
+
+zcopy_status_t zcopy_ucx_tag_sendv(zcopy_ucx_ep_t *ep,
+                                   const zcopy_ucx_iov_t *iov, size_t n,
+                                   uint64_t tag, zcopy_ucx_comp_t *comp)
+{
+    return tag_send(ep, iov, n, true, iov_bytes(iov, n), tag, comp);
+}
+
+zcopy_status_t zcopy_ucx_tag_recvv(const zcopy_ucx_iov_t *iov, size_t n,
+                                   uint64_t tag, zcopy_ucx_comp_t *comp)
+{
+    return tag_recv((void *)iov, n, true, iov_bytes(iov, n), tag, comp);
 }
 
 /* One poll; whether @comp is complete. */

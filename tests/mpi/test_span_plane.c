@@ -55,6 +55,29 @@ static int group_size(const layout_t *l, int r)
     return first + l->per <= l->nranks ? l->per : l->nranks - first;
 }
 
+/* Whether leaders pass rounds in steps: from
+ * coll_zcopy_span_dissemination_min servers on (0: never). */
+static bool in_steps(const layout_t *l)
+{
+    const int from = zt_cvar_int("coll_zcopy_span_dissemination_min", 64);
+
+    return from != 0 && l->ngroups >= from;
+}
+
+/* Messages a leader sends to other leaders per round: one to each, or one
+ * per step of ceil(log2 servers) (an arrival's gather, a sync's
+ * dissemination). */
+static int leader_steps(const layout_t *l)
+{
+    int steps = 0;
+
+    if (!in_steps(l))
+        return l->ngroups - 1;
+    for (int d = 1; d < l->ngroups; d *= 2)
+        steps++;
+    return steps;
+}
+
 /* What each rank sent on @comm during @calls calls of @run, gathered on
  * @peers (a communicator whose own counters do not matter). */
 static void measure(MPI_Comm comm, MPI_Comm peers, void (*run)(MPI_Comm),
@@ -97,7 +120,8 @@ static void check(const layout_t *l, const sent_t *all, const char *what)
     for (int r = 0; r < l->nranks; r++) {
         const bool leader = r % l->per == 0;
         const unsigned long long others = (unsigned long long)l->ngroups - 1;
-        const unsigned long long msgs = leader ? 1 + others : 1;
+        const unsigned long long msgs =
+            leader ? 1 + (unsigned long long)leader_steps(l) : 1;
         /* A leader's message to another server carries its server's
          * records: linear in the servers, never in all the ranks. */
         const unsigned long long most =
@@ -151,12 +175,33 @@ static unsigned long long ucx_connections(void)
     return value;
 }
 
-/* After calls whose payloads rode the arrival: only the leaders talked
- * between servers, each to every other leader. */
+/* The leaders a leader sends to in rounds, which it connects to at
+ * set-up: every other one, or, passing rounds in steps, those d servers
+ * back (gathers) and d servers on (disseminations), d = 1, 2, 4 ... */
+static int leader_partners(const layout_t *l, int rank)
+{
+    const int me = rank / l->per, s = l->ngroups;
+    int partners = 0;
+
+    if (!in_steps(l))
+        return s - 1;
+    for (int h = 0; h < s; h++) {
+        bool partner = false;
+
+        for (int d = 1; d < s && h != me; d *= 2)
+            partner |= h == (me - d + s) % s || h == (me + d) % s;
+        partners += partner;
+    }
+    return partners;
+}
+
+/* After calls whose payloads rode the arrival: only the leaders sent
+ * between servers, to the leaders they connected to at set-up. */
 static void check_connections_inline(const layout_t *l, int rank)
 {
     const bool leader = rank % l->per == 0;
-    const unsigned long long expected = leader ? (unsigned long long)l->ngroups - 1 : 0;
+    const unsigned long long expected =
+        leader ? (unsigned long long)leader_partners(l, rank) : 0;
     const unsigned long long got = ucx_connections();
 
     ZT_CHECK(got == expected, "rank %d (%s) after small calls: %llu UCX "
@@ -235,7 +280,8 @@ static void check_idle(const layout_t *l, int rank, bool wake_elsewhere)
     s1 = zt_stats(idle);
     /* A rank that leads no server sends one record per round. */
     rounds = (s1.ctl_msgs - s0.ctl_msgs) /
-                 (rank % l->per == 0 ? (unsigned long long)l->ngroups : 1) -
+                 (rank % l->per == 0 ? 1 + (unsigned long long)leader_steps(l)
+                                     : 1) -
              IDLE_CALLS / IDLE_BARRIER_EVERY;
     ZT_CHECK(s1.fallback_calls - s0.fallback_calls == IDLE_CALLS &&
                  s1.zcopy_calls - s0.zcopy_calls ==
@@ -335,20 +381,6 @@ static void check_range_first(const layout_t *l, int rank)
 #define BIG_CALLS 10
 #define BIG_SYNCS 3 /* of such an allreduce on servers of several ranks */
 
-/* Messages a leader sends to other leaders per sync: one to each, or one
- * per step of a dissemination from coll_zcopy_span_dissemination_min
- * servers on (ceil(log2 servers) steps). */
-static int sync_steps(const layout_t *l)
-{
-    const int from = zt_cvar_int("coll_zcopy_span_dissemination_min", 64);
-    int steps = 0;
-
-    if (from == 0 || l->ngroups < from)
-        return l->ngroups - 1;
-    for (int d = 1; d < l->ngroups; d *= 2)
-        steps++;
-    return steps;
-}
 
 static void check_keys_once(const layout_t *l, int rank, size_t arrival)
 {
@@ -383,17 +415,16 @@ static void check_keys_once(const layout_t *l, int rank, size_t arrival)
     msgs = s1.ctl_msgs - s0.ctl_msgs;
     bytes = s1.ctl_bytes - s0.ctl_bytes;
     if (rank % l->per == 0) {
-        /* A leader per call: its arrival's record and one message to
-         * every other leader, then per sync (three here: partials made,
-         * slices reduced, done) its record and one message per step. */
+        /* A leader per round (the arrival, then three syncs: partials
+         * made, slices reduced, done): its record and one message per
+         * step. */
         const unsigned long long expected =
-            BIG_CALLS * ((unsigned long long)l->ngroups +
-                         BIG_SYNCS * (1 + sync_steps(l)));
+            BIG_CALLS * (1 + BIG_SYNCS) * (1 + (unsigned long long)leader_steps(l));
 
         ZT_CHECK(msgs == expected, "leader rank %d: %llu control messages "
                  "in %d allreduces after the first, expected %llu (%d "
-                 "servers, %d leaders' steps per sync)", rank, msgs,
-                 BIG_CALLS, expected, l->ngroups, sync_steps(l));
+                 "servers, %d leaders' steps per round)", rank, msgs,
+                 BIG_CALLS, expected, l->ngroups, leader_steps(l));
     }
     if (rank % l->per != 0 && msgs >= BIG_CALLS) {
         /* bytes = calls * arrival + 4 * (msgs - calls - keys) + 32 * keys */

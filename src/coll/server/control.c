@@ -20,14 +20,21 @@
 typedef struct {
     zcopy_topo_rank_t where;      /* server, local rank, nearest devices */
     zcopy_ipc_id_t ipc;           /* how to reach its export table */
-    int32_t segment_fd;           /* rank 0: the control segment */
     int32_t status;
-    uint64_t segment_ino;
     uint32_t access;              /* zcopy_ipc_access_local() */
-    uint32_t inline_cap;          /* rank 0: payload bytes of its records */
     zcopy_cpus_t cpus;            /* its affinity */
 } ctl_hello_t;
-static_assert(sizeof(ctl_hello_t) == 200, "exchanged between processes");
+static_assert(sizeof(ctl_hello_t) == 184, "exchanged between processes");
+
+/* What rank 0 tells the others of the segment it made, once the hellos
+ * showed that every rank shares the server. */
+typedef struct {
+    int32_t fd;                   /* in rank 0's process */
+    int32_t status;
+    uint64_t ino;
+    uint32_t inline_cap;          /* payload bytes of its inline records */
+    uint32_t reserved;
+} ctl_offer_t;
 
 /* Spins between two looks at a peer's arrival while waiting for its record. */
 #define CTL_SPINS_PER_ARRIVAL 8
@@ -112,14 +119,13 @@ void zcopy_ctl_destroy(zcopy_ctl_t *ctl)
 
 /* This rank's part of setup after the hello exchange. */
 static zcopy_status_t ctl_attach(zcopy_ctl_t *ctl, const ctl_hello_t *all,
-                                 int own_fd)
+                                 const ctl_offer_t *seg)
 {
     void *p;
-    int fd = own_fd;
+    int fd = seg->fd;
 
     if (ctl->rank != 0)
-        ZCOPY_CHECK(zcopy_ipc_fetch_fd(&all[0].ipc, all[0].segment_fd,
-                                       all[0].segment_ino, &fd));
+        ZCOPY_CHECK(zcopy_ipc_fetch_fd(&all[0].ipc, seg->fd, seg->ino, &fd));
     p = mmap(NULL, ctl->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
              0);
     if (ctl->rank != 0)
@@ -189,10 +195,34 @@ static int first_other_server(const ctl_hello_t *all, int nranks)
     return -1;
 }
 
+/* Rank 0 makes the segment and tells every rank (@seg; on rank 0 its fd
+ * is its own, closed once set-up ends). It sizes the records by what it
+ * sees alone (more local ranks than the CPUs it may use), the common case
+ * of ranks that outnumber cores: the others' CPUs decide only later
+ * whether their waits yield. An MPI error code when the bcast failed, on
+ * every rank. */
+static int ctl_segment_offer(zcopy_comm_t *zc, zcopy_ctl_t *ctl,
+                             zcopy_status_t st, const zcopy_cpus_t *cpus,
+                             ctl_offer_t *seg)
+{
+    *seg = (ctl_offer_t){ .fd = -1, .status = st };
+    if (zc->rank == 0 && st == ZCOPY_SUCCESS) {
+        seg->inline_cap = (uint32_t)zcopy_ctl_inline_limit(
+            zcopy_wait_yields(&cpus, 1, 0));
+        ctl_layout(ctl, seg->inline_cap);
+        seg->status = zcopy_memfd_segment("zcopy-ctl", ctl->segment_size,
+                                          &seg->fd, &seg->ino);
+        if (seg->fd >= 0) /* to the others, if over sockets */
+            zcopy_ipc_fdpass_offer(seg->fd, seg->ino);
+    }
+    return zc->ops.bcast(seg, sizeof(*seg), 0, zc->ops.ctx);
+}
+
 zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
                                 bool *spans, char *reason, size_t reason_len)
 {
-    ctl_hello_t mine = { .segment_fd = -1 }, *all;
+    ctl_hello_t mine = { 0 }, *all;
+    ctl_offer_t seg = { .fd = -1 };
     zcopy_comm_vote_t vote;
     zcopy_ctl_t *ctl = NULL;
     zcopy_status_t st;
@@ -213,20 +243,6 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     st = ctl_alloc(&ctl, zc->rank, zc->size);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_ipc_local_id(&mine.ipc);
-    if (st == ZCOPY_SUCCESS && zc->rank == 0) {
-        /* Rank 0 sizes the records before it knows the others' CPUs: by
-         * what it sees alone (more local ranks than the CPUs it may use),
-         * which is the common case of ranks that outnumber cores. */
-        const zcopy_cpus_t *own = &mine.cpus;
-
-        mine.inline_cap = (uint32_t)zcopy_ctl_inline_limit(
-            zcopy_wait_yields(&own, 1, 0));
-        ctl_layout(ctl, mine.inline_cap);
-        st = zcopy_memfd_segment("zcopy-ctl", ctl->segment_size,
-                                 &mine.segment_fd, &mine.segment_ino);
-    }
-    if (mine.segment_fd >= 0) /* to the others, if over sockets */
-        zcopy_ipc_fdpass_offer(mine.segment_fd, mine.segment_ino);
     mine.access = st == ZCOPY_SUCCESS
                       ? (uint32_t)zcopy_ipc_access_local(mine.ipc.table_fd)
                       : 0;
@@ -252,16 +268,29 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = ZCOPY_ERR_UNSUPPORTED;
         goto out;
     }
+    /* Only now, with every rank known to share the server: the segment
+     * grows with the square of the ranks (each slot holds vectors of n),
+     * which a communicator that spans servers must not pay for. */
+    rc = ctl_segment_offer(zc, ctl, st, &mine.cpus, &seg);
+    if (rc != MPI_SUCCESS) {
+        st = zcopy_error(ZCOPY_ERR_INTERNAL, "setup exchange failed (%d)", rc);
+        snprintf(reason, reason_len, "setup exchange failed");
+        goto out;
+    }
+    if (zc->rank == 0) /* the agreement below names it */
+        st = seg.status;
     /* Every rank sees the same hellos: if one rank failed, all skip the
      * attach alike (nobody waits on a peer that cannot serve), and the
      * agreement below names that rank. */
     failed = first_failed(all, zc->size);
-    if (failed < 0 && all[0].inline_cap > ZCOPY_CTL_INLINE_YIELD_MAX)
+    if (failed < 0 && seg.status != ZCOPY_SUCCESS)
+        failed = 0;
+    if (failed < 0 && seg.inline_cap > ZCOPY_CTL_INLINE_YIELD_MAX)
         st = zcopy_error(ZCOPY_ERR_INTERNAL, "rank 0's inline records hold "
                          "%u bytes, more than any build makes",
-                         all[0].inline_cap);
+                         seg.inline_cap);
     else if (failed < 0)
-        ctl_layout(ctl, all[0].inline_cap);
+        ctl_layout(ctl, seg.inline_cap);
     if (st == ZCOPY_SUCCESS && failed < 0)
         st = access_apply(zc, all, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS && failed < 0) {
@@ -280,7 +309,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
                       ctl->yield ? "yield the processor" : "spin");
     }
     if (st == ZCOPY_SUCCESS && failed < 0)
-        st = ctl_attach(ctl, all, mine.segment_fd);
+        st = ctl_attach(ctl, all, &seg);
     if (st != ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_WARN, "ipc", "rank %d: %s", zc->rank,
                   zcopy_error_detail());
@@ -302,8 +331,8 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         goto out;
     }
     ctl->inline_limit = zcopy_ctl_inline_limit(vote.any);
-    if (ctl->inline_limit > all[0].inline_cap)
-        ctl->inline_limit = all[0].inline_cap;
+    if (ctl->inline_limit > seg.inline_cap)
+        ctl->inline_limit = seg.inline_cap;
     if (zc->rank == 0)
         zcopy_log(ZCOPY_LOG_INFO, "coll", "small collectives: payloads of "
                   "up to %zu bytes per rank ride the control plane (%s)",
@@ -316,9 +345,9 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
     st = ZCOPY_SUCCESS;
 
 out:
-    if (mine.segment_fd >= 0) {
-        zcopy_ipc_fdpass_withdraw(mine.segment_fd);
-        close(mine.segment_fd); /* peers fetched it; mappings keep it */
+    if (zc->rank == 0 && seg.fd >= 0) {
+        zcopy_ipc_fdpass_withdraw(seg.fd);
+        close(seg.fd); /* peers fetched it; mappings keep it */
     }
     free(all);
     if (st != ZCOPY_SUCCESS) {

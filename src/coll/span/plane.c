@@ -21,15 +21,21 @@
  * one tagged UCX message each, receives theirs straight into their parts,
  * and completes the round; members wait for that. So a rank that is not a
  * leader sends one record per round whatever the number of servers, and a
- * leader one message per other server.
+ * leader one message per other server. From
+ * coll_zcopy_span_dissemination_min servers on, leaders pass a round in
+ * ceil(log2 S) steps of one message instead: an arrival's parts by Bruck's
+ * allgather (plane_gather), a sync's reports by dissemination
+ * (plane_disseminate).
  *
  * Why the areas can be reused by parity: a member writes arrival k only
  * after round k - 1 completed, which needed every member of its group to
  * have entered k - 1, so every reader of arrival k - 2 is done with it;
  * the leader receives into the areas of k only after its members entered
- * k, and a remote leader can send k + 2 only after this group's leader
- * sent k + 1, i.e. after its members left k. Messages of later rounds
- * that arrive early wait inside UCX, matched by their tag:
+ * k, and a remote leader can send k + 2 only after it completed k + 1,
+ * which needed this group's part of k + 1 (sent by this group's leader,
+ * or forwarded in steps from it), i.e. after its members left k. Messages
+ * of later rounds that arrive early wait inside UCX, matched by their
+ * tag:
  *   bit  63      clear (set on the replies of served reads, ucx/serve.c)
  *   bits 62..44  the receiving leader's plane id (unique in its process)
  *   bits 43..28  the sending group
@@ -97,6 +103,18 @@ static void plane_id_free(uint32_t id)
 static int plane_leader_of(const zcopy_span_t *sp, int h)
 {
     return sp->members[sp->group_start[h]];
+}
+
+/* Whether the leaders pass a round in ceil(log2 S) steps (an arrival by
+ * plane_gather, a sync by plane_disseminate): from
+ * coll_zcopy_span_dissemination_min servers on (agreed at set-up, so every
+ * leader decides alike). One step of S - 1 messages costs a leader a send
+ * and a receive per other server; the steps cost a latency each, in a
+ * row, which pays only once S - 1 messages take longer than that. */
+static bool plane_disseminates(const zcopy_span_t *sp)
+{
+    return zcopy_config.span_dissemination_min > 0 &&
+           sp->ngroups >= zcopy_config.span_dissemination_min;
 }
 
 static plane_line_t *plane_line(const zcopy_span_t *sp, int line)
@@ -203,13 +221,11 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
         st = zcopy_error(ZCOPY_ERR_INTERNAL, "control plane: exchange failed");
         goto out;
     }
-    if (st != ZCOPY_SUCCESS)
+    /* Another rank's failure: this rank's part went well, and the
+     * caller's agreement, which every rank reaches from here, names that
+     * rank. */
+    if (st != ZCOPY_SUCCESS || vote.rank >= 0)
         goto out;
-    if (vote.rank >= 0) {
-        st = zcopy_error(ZCOPY_ERR_INTERNAL, "control plane: rank %d could "
-                         "not make its part", vote.rank);
-        goto out;
-    }
     fd = sp->plane_fd;
     if (sp->rank != sp->leader) {
         st = zcopy_ipc_fetch_fd(&all[sp->leader].ipc, offers[sp->leader].fd,
@@ -231,6 +247,29 @@ out:
     free(offers);
     free(cpus);
     return st;
+}
+
+zcopy_status_t zcopy_span_plane_connect(zcopy_span_t *sp)
+{
+    const int me = sp->group[sp->rank], ngroups = sp->ngroups;
+
+    if (sp->rank != sp->leader)
+        return ZCOPY_SUCCESS;
+    if (!plane_disseminates(sp)) {
+        for (int h = 0; h < ngroups; h++)
+            if (h != me)
+                ZCOPY_CHECK(zcopy_ucx_ep_connect(
+                    sp->eps[plane_leader_of(sp, h)]));
+        return ZCOPY_SUCCESS;
+    }
+    /* Gathers send d groups back, disseminations d groups on. */
+    for (int d = 1; d < ngroups; d *= 2) {
+        ZCOPY_CHECK(zcopy_ucx_ep_connect(
+            sp->eps[plane_leader_of(sp, (me - d + ngroups) % ngroups)]));
+        ZCOPY_CHECK(zcopy_ucx_ep_connect(
+            sp->eps[plane_leader_of(sp, (me + d) % ngroups)]));
+    }
+    return ZCOPY_SUCCESS;
 }
 
 void zcopy_span_plane_shared(zcopy_span_t *sp)
@@ -331,17 +370,6 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     return true;
 }
 
-/* Whether the leaders pass a sync by dissemination: from
- * coll_zcopy_span_dissemination_min servers on (agreed at set-up, so every
- * leader decides alike). One step of S - 1 messages costs a leader a send
- * and a receive per other server; ceil(log2 S) steps of one message cost
- * that many latencies in a row, which pays only once S - 1 messages take
- * longer than the extra steps. */
-static bool plane_disseminates(const zcopy_span_t *sp)
-{
-    return zcopy_config.span_dissemination_min > 0 &&
-           sp->ngroups >= zcopy_config.span_dissemination_min;
-}
 
 /* Leader: a sync's reports, or-ed over every group, in ceil(log2 S) steps:
  * at the step of distance d this leader sends what it has or-ed so far to
@@ -351,7 +379,8 @@ static bool plane_disseminates(const zcopy_span_t *sp)
  * of two) changes nothing. Each step has a sender of its own, so the tags
  * (its group) tell the steps apart. Like plane_exchange, every step is
  * posted even after a failure, so no leader waits for a message that was
- * never sent; false when a message failed. */
+ * never sent; false when a message failed here, and ZCOPY_SYNC_BROKEN in
+ * *any when one failed anywhere upstream. */
 static bool plane_disseminate(zcopy_comm_t *zc, zcopy_span_t *sp,
                               uint64_t round, unsigned *any, zcopy_wait_t *w)
 {
@@ -361,7 +390,9 @@ static bool plane_disseminate(zcopy_comm_t *zc, zcopy_span_t *sp,
     for (int d = 1; d < ngroups; d *= 2) {
         const int to = (me + d) % ngroups, from = (me - d + ngroups) % ngroups;
         zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
-        uint32_t out = *any, in = 0;
+        /* A failed step says so downstream: leaders that would miss
+         * reports through it learn that the sync broke. */
+        uint32_t out = *any | (ok ? 0 : ZCOPY_SYNC_BROKEN), in = 0;
         bool sent;
 
         ok &= zcopy_ucx_tag_recv(&in, sizeof(in), plane_tag(sp, me, from, round),
@@ -376,6 +407,80 @@ static bool plane_disseminate(zcopy_comm_t *zc, zcopy_span_t *sp,
             zcopy_wait_relax_polled(w, plane_leader_of(sp, from));
         ok &= comp.failure == 0 && comp.pending == 0;
         *any |= in;
+    }
+    if (!ok)
+        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
+                  "servers failed: %s", sp->rank, zcopy_error_detail());
+    return ok;
+}
+
+/* Leader: the parts of groups first, first + 1, ... (@count of them, mod
+ * S) of the current arrival's area, as at most two pieces: the parts lie
+ * in group order, so a range that wraps past the last group is two. */
+static size_t plane_parts(const zcopy_span_t *sp, int first, int count,
+                          zcopy_ucx_iov_t iov[2])
+{
+    const int ngroups = sp->ngroups, last = first + count - 1;
+    const int end = last < ngroups ? last : ngroups - 1;
+    size_t n = 0;
+
+    iov[n++] = (zcopy_ucx_iov_t){
+        .buf = sp->area + zcopy_span_group_base(sp, first),
+        .len = zcopy_span_group_base(sp, end) +
+               zcopy_span_group_bytes(sp, end) -
+               zcopy_span_group_base(sp, first) };
+    if (last >= ngroups)
+        iov[n++] = (zcopy_ucx_iov_t){
+            .buf = sp->area,
+            .len = zcopy_span_group_base(sp, last - ngroups) +
+                   zcopy_span_group_bytes(sp, last - ngroups) };
+    return n;
+}
+
+/* Leader: an arrival's parts gathered from every group in ceil(log2 S)
+ * steps (Bruck's allgather): before the step of distance d this leader
+ * holds the parts of groups me .. me + d - 1; it sends the first
+ * min(d, S - d) of them to the leader d groups back and receives as many
+ * from the leader d groups on, the parts that follow its own. The same
+ * bytes as one message to every other leader, in log2 S messages. Parts
+ * land in place in the area, whole (a declined group's payload slots
+ * travel too: the call falls back and nobody reads them). As in
+ * plane_disseminate, each step has a sender of its own, and every step is
+ * posted even after a failure. */
+static bool plane_gather(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
+                         zcopy_wait_t *w)
+{
+    const int me = sp->group[sp->rank], ngroups = sp->ngroups;
+    bool ok = true;
+
+    for (int d = 1; d < ngroups; d *= 2) {
+        const int count = d < ngroups - d ? d : ngroups - d;
+        const int to = (me - d + ngroups) % ngroups, from = (me + d) % ngroups;
+        zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+        /* A word first: whether the parts are whole. A leader that missed
+         * some forwards what it has and says so, and every leader
+         * downstream then knows its parts are not all this round's. */
+        uint32_t broken_out = !ok, broken_in = 0;
+        zcopy_ucx_iov_t out[3] = { { &broken_out, sizeof(broken_out) } };
+        zcopy_ucx_iov_t in[3] = { { &broken_in, sizeof(broken_in) } };
+        const size_t nout = 1 + plane_parts(sp, me, count, out + 1);
+        const size_t nin = 1 + plane_parts(sp, from, count, in + 1);
+        size_t bytes = 0;
+        bool sent;
+
+        for (size_t i = 1; i < nout; i++)
+            bytes += out[i].len;
+        ok &= zcopy_ucx_tag_recvv(in, nin, plane_tag(sp, me, from, round),
+                                  &comp) == ZCOPY_SUCCESS;
+        sent = zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, to)], out,
+                                   nout, plane_tag(sp, to, me, round),
+                                   &comp) == ZCOPY_SUCCESS;
+        if (sent)
+            plane_count(zc, 1, sizeof(broken_out) + bytes);
+        ok &= sent;
+        while (!zcopy_ucx_test(&comp))
+            zcopy_wait_relax_polled(w, plane_leader_of(sp, from));
+        ok &= comp.failure == 0 && comp.pending == 0 && broken_in == 0;
     }
     if (!ok)
         zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
@@ -418,8 +523,9 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         any |= line->flags;
     }
     sp->sync_out = any;
-    if (sp->ngroups > 1 && !arrival && plane_disseminates(sp)) {
-        top->failed = !plane_disseminate(zc, sp, round, &any, &w);
+    if (sp->ngroups > 1 && plane_disseminates(sp)) {
+        top->failed = arrival ? !plane_gather(zc, sp, round, &w)
+                              : !plane_disseminate(zc, sp, round, &any, &w);
     } else {
         top->failed = sp->ngroups > 1 && !plane_exchange(zc, sp, arrival,
                                                          round, &w);

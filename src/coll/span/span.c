@@ -236,8 +236,8 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
         goto out;
     }
     span_group(sp, all);
-    /* Every rank serves (if it must) before any connects: one that cannot
-     * is known to all at once. */
+    /* Every rank serves (if it must) before any fetches from it: one that
+     * cannot is known to all at once. */
     st = span_agree(zc, span_access_agree(sp, all), "serving descriptors",
                     reason, reason_len);
     if (st == ZCOPY_SUCCESS)
@@ -246,6 +246,8 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     zcopy_span_plane_shared(sp);
     if (st == ZCOPY_SUCCESS)
         st = span_connect(sp, all, addresses, stride);
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_span_plane_connect(sp);
     if (st != ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s", zc->rank,
                   zcopy_error_detail());

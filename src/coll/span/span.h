@@ -155,13 +155,22 @@ static inline int zcopy_span_member(const zcopy_span_t *sp, int g, int i)
 
 /* Set-up, collective over the communicator once the groups are known
  * (span.c): the leader makes the group's segment, the others map it. A
- * failure is this rank's; the caller agrees on it with the others. */
+ * failure is this rank's; the caller agrees on it with the others (a rank
+ * returns success when only another rank failed, so that the agreement
+ * names that one). */
 zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
                                        const zcopy_span_hello_t *all);
 void zcopy_span_plane_destroy(zcopy_span_t *sp);
 
 /* Every member has mapped the segment: the leader stops offering it. */
 void zcopy_span_plane_shared(zcopy_span_t *sp);
+
+/* A leader connects to the leaders it sends to in rounds, at set-up: a
+ * message that could not be sent would leave its receiver waiting for it
+ * forever, so a peer UCX cannot reach must be found while every rank can
+ * still agree to fall back. Other endpoints connect at their first
+ * transfer, whose failure the call's next sync reports. */
+zcopy_status_t zcopy_span_plane_connect(zcopy_span_t *sp);
 
 /* An id for the tags of messages to a new plane of this process, unique
  * among its live planes; ZCOPY_SPAN_PLANE_NO_ID when all are taken. */
