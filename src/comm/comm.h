@@ -10,6 +10,7 @@
 #include "base/base.h"
 #include "registry/registry.h"
 
+#include <assert.h>
 #include <mpi.h>
 #include <mpix_zcopy.h>
 
@@ -102,6 +103,7 @@ zcopy_status_t zcopy_comm_lists_alloc(zcopy_comm_t *zc);
 static inline void *zcopy_comm_list(const zcopy_comm_t *zc,
                                     zcopy_comm_list_t which)
 {
+    assert(zc->lists != NULL); /* a call only runs after set-up */
     return (void **)zc->lists + (size_t)which * (size_t)zc->size;
 }
 
