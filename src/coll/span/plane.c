@@ -371,16 +371,44 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
 }
 
 
+/* Leader: one step of a round passed in steps: @out to the leader of
+ * group @to, @in from the leader of group @from, both posted whatever
+ * failed before (a leader left without its message would wait for it
+ * forever); false when either failed. Each step of a round has a sender
+ * of its own (its distance), so the tags (round, sender) tell steps
+ * apart. */
+static bool plane_step(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
+                       int to, const zcopy_ucx_iov_t *out, size_t nout,
+                       int from, const zcopy_ucx_iov_t *in, size_t nin,
+                       zcopy_wait_t *w)
+{
+    const int me = sp->group[sp->rank];
+    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    size_t bytes = 0;
+    bool ok, sent;
+
+    for (size_t i = 0; i < nout; i++)
+        bytes += out[i].len;
+    ok = zcopy_ucx_tag_recvv(in, nin, plane_tag(sp, me, from, round),
+                             &comp) == ZCOPY_SUCCESS;
+    sent = zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, to)], out, nout,
+                               plane_tag(sp, to, me, round),
+                               &comp) == ZCOPY_SUCCESS;
+    if (sent)
+        plane_count(zc, 1, bytes);
+    while (!zcopy_ucx_test(&comp))
+        zcopy_wait_relax_polled(w, plane_leader_of(sp, from));
+    return ok && sent && comp.failure == 0 && comp.pending == 0;
+}
+
 /* Leader: a sync's reports, or-ed over every group, in ceil(log2 S) steps:
  * at the step of distance d this leader sends what it has or-ed so far to
  * the leader d groups on and or-s in what the leader d groups back sends.
  * After the step of distance d it holds the reports of the 2d groups up
  * to itself, so after the last every report; or-ing one twice (S no power
- * of two) changes nothing. Each step has a sender of its own, so the tags
- * (its group) tell the steps apart. Like plane_exchange, every step is
- * posted even after a failure, so no leader waits for a message that was
- * never sent; false when a message failed here, and ZCOPY_SYNC_BROKEN in
- * *any when one failed anywhere upstream. */
+ * of two) changes nothing. False when a step failed here; a failed step
+ * puts ZCOPY_SYNC_BROKEN into what goes downstream, so the leaders that
+ * would miss reports through it learn that the sync broke. */
 static bool plane_disseminate(zcopy_comm_t *zc, zcopy_span_t *sp,
                               uint64_t round, unsigned *any, zcopy_wait_t *w)
 {
@@ -388,29 +416,14 @@ static bool plane_disseminate(zcopy_comm_t *zc, zcopy_span_t *sp,
     bool ok = true;
 
     for (int d = 1; d < ngroups; d *= 2) {
-        const int to = (me + d) % ngroups, from = (me - d + ngroups) % ngroups;
-        zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
-        /* A failed step says so downstream: leaders that would miss
-         * reports through it learn that the sync broke. */
         uint32_t out = *any | (ok ? 0 : ZCOPY_SYNC_BROKEN), in = 0;
-        bool sent;
+        const zcopy_ucx_iov_t out_iov = { &out, sizeof(out) };
+        const zcopy_ucx_iov_t in_iov = { &in, sizeof(in) };
 
-        ok &= zcopy_ucx_tag_recv(&in, sizeof(in), plane_tag(sp, me, from, round),
-                                 &comp) == ZCOPY_SUCCESS;
-        sent = zcopy_ucx_tag_send(sp->eps[plane_leader_of(sp, to)], &out,
-                                  sizeof(out), plane_tag(sp, to, me, round),
-                                  &comp) == ZCOPY_SUCCESS;
-        if (sent)
-            plane_count(zc, 1, sizeof(out));
-        ok &= sent;
-        while (!zcopy_ucx_test(&comp))
-            zcopy_wait_relax_polled(w, plane_leader_of(sp, from));
-        ok &= comp.failure == 0 && comp.pending == 0;
+        ok &= plane_step(zc, sp, round, (me + d) % ngroups, &out_iov, 1,
+                         (me - d + ngroups) % ngroups, &in_iov, 1, w);
         *any |= in;
     }
-    if (!ok)
-        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
-                  "servers failed: %s", sp->rank, zcopy_error_detail());
     return ok;
 }
 
@@ -444,9 +457,10 @@ static size_t plane_parts(const zcopy_span_t *sp, int first, int count,
  * from the leader d groups on, the parts that follow its own. The same
  * bytes as one message to every other leader, in log2 S messages. Parts
  * land in place in the area, whole (a declined group's payload slots
- * travel too: the call falls back and nobody reads them). As in
- * plane_disseminate, each step has a sender of its own, and every step is
- * posted even after a failure. */
+ * travel too: the call falls back and nobody reads them). Each message
+ * starts with a word that says whether its parts are whole: a leader that
+ * missed some forwards what it has and says so, and every leader
+ * downstream then knows its parts are not all this round's. */
 static bool plane_gather(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
                          zcopy_wait_t *w)
 {
@@ -456,35 +470,15 @@ static bool plane_gather(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
     for (int d = 1; d < ngroups; d *= 2) {
         const int count = d < ngroups - d ? d : ngroups - d;
         const int to = (me - d + ngroups) % ngroups, from = (me + d) % ngroups;
-        zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
-        /* A word first: whether the parts are whole. A leader that missed
-         * some forwards what it has and says so, and every leader
-         * downstream then knows its parts are not all this round's. */
         uint32_t broken_out = !ok, broken_in = 0;
         zcopy_ucx_iov_t out[3] = { { &broken_out, sizeof(broken_out) } };
         zcopy_ucx_iov_t in[3] = { { &broken_in, sizeof(broken_in) } };
         const size_t nout = 1 + plane_parts(sp, me, count, out + 1);
         const size_t nin = 1 + plane_parts(sp, from, count, in + 1);
-        size_t bytes = 0;
-        bool sent;
 
-        for (size_t i = 1; i < nout; i++)
-            bytes += out[i].len;
-        ok &= zcopy_ucx_tag_recvv(in, nin, plane_tag(sp, me, from, round),
-                                  &comp) == ZCOPY_SUCCESS;
-        sent = zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, to)], out,
-                                   nout, plane_tag(sp, to, me, round),
-                                   &comp) == ZCOPY_SUCCESS;
-        if (sent)
-            plane_count(zc, 1, sizeof(broken_out) + bytes);
-        ok &= sent;
-        while (!zcopy_ucx_test(&comp))
-            zcopy_wait_relax_polled(w, plane_leader_of(sp, from));
-        ok &= comp.failure == 0 && comp.pending == 0 && broken_in == 0;
+        ok &= plane_step(zc, sp, round, to, out, nout, from, in, nin, w);
+        ok &= broken_in == 0;
     }
-    if (!ok)
-        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
-                  "servers failed: %s", sp->rank, zcopy_error_detail());
     return ok;
 }
 
@@ -526,6 +520,10 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     if (sp->ngroups > 1 && plane_disseminates(sp)) {
         top->failed = arrival ? !plane_gather(zc, sp, round, &w)
                               : !plane_disseminate(zc, sp, round, &any, &w);
+        if (top->failed)
+            zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
+                      "between servers failed: %s", sp->rank,
+                      zcopy_error_detail());
     } else {
         top->failed = sp->ngroups > 1 && !plane_exchange(zc, sp, arrival,
                                                          round, &w);
