@@ -127,7 +127,8 @@ typedef struct zcopy_span {
 
 /* Collective over the communicator, like zcopy_ctl_create: starts UCX,
  * exchanges worker addresses, makes endpoints to the ranks of other groups
- * (UCX connects each at its first transfer) and maps those of its own. On failure *reason says why, on every rank. */
+ * (UCX connects each at its first transfer) and maps those of its own. On
+ * failure *reason says why, on every rank. */
 zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
                                  char *reason, size_t reason_len);
 void zcopy_span_destroy(zcopy_span_t *span);
