@@ -22,10 +22,13 @@
  * Sizes are rounded down to whole elements (and whole per-rank blocks); a
  * size that holds no element per rank is skipped.
  *
- * Timing: before every iteration the ranks meet in a barrier (on a private
- * communicator, so that it never shows in the zcopy statistics); each rank
- * times its own call; the time of an iteration is the largest over the
- * ranks; a row reports the median over iterations, and the minimum.
+ * Timing: before every iteration the ranks meet in a barrier of
+ * point-to-point messages on a private communicator, so that it never
+ * shows in the zcopy statistics and is the same in every mode (the order
+ * in which a component's own barrier releases the ranks favours its own
+ * rooted collectives; bench/README.md); each rank times its own call; the
+ * time of an iteration is the largest over the ranks; a row reports the
+ * median over iterations, and the minimum.
  *
  * Bandwidth (nccl-tests): algbw = size / time; busbw = algbw * factor, the
  * factor turning algbw into the traffic one rank's link carries with the
@@ -1170,6 +1173,22 @@ static MPI_Comm control_comm(void)
     return ctl;
 }
 
+/* The barrier before each timed call: a dissemination of empty messages,
+ * ceil(log2 n) rounds, through the point-to-point engine, which every mode
+ * shares (MPI_Barrier would be the collective component under test). */
+static void start_barrier(MPI_Comm ctl)
+{
+    int rank, n;
+
+    MPI_Comm_rank(ctl, &rank);
+    MPI_Comm_size(ctl, &n);
+    for (int d = 1; d < n; d <<= 1)
+        check_mpi(MPI_Sendrecv(NULL, 0, MPI_BYTE, (rank + d) % n, 0, NULL, 0,
+                               MPI_BYTE, (rank - d + n) % n, 0, ctl,
+                               MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv");
+}
+
 static MPIX_Zcopy_stats get_stats(MPI_Comm comm)
 {
     MPIX_Zcopy_stats s;
@@ -1273,7 +1292,7 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
             c->poison(r);
         if (it == 0 || o->vary || r->in_place)
             c->inputs(r, IO_WRITE, seed);
-        MPI_Barrier(b->ctl);
+        start_barrier(b->ctl);
         t0 = MPI_Wtime();
         rc = c->execute(r);
         t1 = MPI_Wtime();
