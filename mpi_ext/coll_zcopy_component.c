@@ -208,11 +208,10 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->inline_max_yield);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
-        "at most this many bytes per rank (a quarter of that for alltoall, "
-        "reduce_scatter_block and scatter, whose every rank reads one block "
-        "of what travels; and 1 MiB for all ranks together) ride "
-        "with the arrival, one round between the servers' leaders instead "
-        "of UCX transfers and syncs: a copy in and out. 0 never does",
+        "at most this many bytes per rank (and 1 MiB for all ranks "
+        "together) ride with the arrival, one round between the servers' "
+        "leaders instead of UCX transfers and syncs: a copy in and out. 0 "
+        "never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
     zcopy_register_int("span_dissemination_min",
         "On communicators that span at least this many servers, the "

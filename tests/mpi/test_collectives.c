@@ -1263,25 +1263,20 @@ static int yield;
 #define SPAN_PAYLOAD_MAX ((size_t)1 << 20)
 
 /* Whether a payload of @bytes per rank rides with the arrivals between
- * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
- * rank reads one block of n: reduce_scatter_block, scatter, alltoall), and
- * what every sender's payload needs fits the plane's area (n payloads, or
- * the root's alone). */
+ * servers: at most coll_zcopy_span_inline_max, and what every sender's
+ * payload needs fits the plane's area (n payloads, or the root's alone). */
 static bool span_carries(const coll_case_t *c, size_t bytes)
 {
     const size_t n = (size_t)c->n;
     const char *name = c->coll->name;
     const bool root_only = strcmp(name, "bcast") == 0 ||
                            strcmp(name, "scatter") == 0;
-    const bool blocks = strcmp(name, "reduce_scatter_block") == 0 ||
-                        strcmp(name, "scatter") == 0 ||
-                        strcmp(name, "alltoall") == 0;
     size_t area = span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
                       : (span_inline_max * n + 63) / 64 * 64;
 
     /* Each sender's payload takes whole cache lines. */
-    return bytes <= (blocks ? span_inline_max / 4 : span_inline_max) &&
+    return bytes <= span_inline_max &&
            (bytes + 63) / 64 * 64 <= area / (root_only ? 1 : n);
 }
 

@@ -236,6 +236,58 @@ static void run_tiny_allreduce(MPI_Comm comm)
 
 static int32_t plain_in[2], plain_out[2];
 
+/* An alltoall small enough to ride its arrival, BLOCK bytes per pair of
+ * ranks: rank r reads only block r of each payload, so a leader's message
+ * to another server carries its server's places (a record's cache lines
+ * each) and, of each payload of its server, the blocks of that server's
+ * ranks: never the whole payloads, which would be a factor of the number
+ * of servers more. (Leaders that pass rounds in steps forward whole parts,
+ * as the gather needs.) */
+#define A2A_BLOCK 64
+#define PLACE 128
+static int32_t *a2a_in, *a2a_out;
+
+static void run_small_alltoall(MPI_Comm comm)
+{
+    MPI_Alltoall(a2a_in, A2A_BLOCK / 4, MPI_INT32_T, a2a_out, A2A_BLOCK / 4,
+                 MPI_INT32_T, comm);
+}
+
+static void check_blocks(const layout_t *l, const sent_t *all, int rank)
+{
+    /* Every rank's record: rank 1's, which leads no server here. */
+    const unsigned long long record = all[1].bytes / CALLS;
+    const int me = rank / l->per;
+    const unsigned long long mine = (unsigned long long)group_size(l, rank);
+    unsigned long long expected = record;
+
+    for (int h = 0; h < l->ngroups; h++)
+        if (h != me)
+            expected +=
+                mine * (PLACE + (unsigned long long)group_size(l, h * l->per) *
+                                    A2A_BLOCK);
+    ZT_CHECK(all[rank].msgs ==
+                 CALLS * (rank % l->per == 0
+                              ? 1 + (unsigned long long)leader_steps(l) : 1),
+             "alltoall: rank %d sent %llu control messages in %d calls",
+             rank, all[rank].msgs, CALLS);
+    if (rank % l->per == 0 && !in_steps(l))
+        ZT_CHECK(all[rank].bytes == CALLS * expected,
+                 "alltoall of %d bytes per pair: leader rank %d sent %llu "
+                 "control bytes per call, expected %llu (its record, then to "
+                 "each other server its places and the blocks of that "
+                 "server's ranks)", A2A_BLOCK, rank, all[rank].bytes / CALLS,
+                 expected);
+    for (int from = 0; from < l->nranks; from++)
+        for (int j = 0; j < A2A_BLOCK / 4; j++) {
+            const int32_t want = from * 10000 + rank * 100 + j;
+
+            ZT_CHECK(a2a_out[from * (A2A_BLOCK / 4) + j] == want,
+                     "alltoall: element %d from rank %d is %d, expected %d",
+                     j, from, a2a_out[from * (A2A_BLOCK / 4) + j], want);
+        }
+}
+
 static void run_fallback(MPI_Comm comm)
 {
     MPI_Allreduce(plain_in, plain_out, 2, MPI_INT32_T, MPI_SUM, comm);
@@ -477,6 +529,17 @@ int main(int argc, char **argv)
                         allreduce's 8 bytes of payload */
         check_keys_once(&l, rank, all[1].bytes / CALLS - 2 * sizeof(int32_t));
         check_connections_read(&l, rank);
+    }
+    if (l.per > 1) {
+        a2a_in = zt_arena_alloc(&arena, &used,
+                                (size_t)nranks * A2A_BLOCK);
+        a2a_out = zt_arena_alloc(&arena, &used,
+                                 (size_t)nranks * A2A_BLOCK);
+        for (int to = 0; to < nranks; to++)
+            for (int j = 0; j < A2A_BLOCK / 4; j++)
+                a2a_in[to * (A2A_BLOCK / 4) + j] = rank * 10000 + to * 100 + j;
+        measure(MPI_COMM_WORLD, peers, run_small_alltoall, all);
+        check_blocks(&l, all, rank);
     }
     ZT_CHECK(tiny_out[0] == nranks * (nranks - 1) / 2 &&
                  tiny_out[1] == tiny_out[0],

@@ -59,6 +59,13 @@
 /* What a member reports at an arrival: it declined the collective. */
 #define PLANE_DECLINED (1u << 8)
 
+/* Pieces of a leader's message that carries only the blocks its receivers
+ * read (plane_blocks): the places, then a piece per sender and run of
+ * consecutive ranks of the receiving server. Servers whose ranks are
+ * consecutive need one piece per sender; a layout that needs more than
+ * this sends whole parts, as the steps do. */
+#define PLANE_PIECES_MAX 16
+
 typedef struct {
     _Atomic uint64_t round;       /* the last round completed (leader) or
                                      entered (member) */
@@ -111,7 +118,7 @@ static int plane_leader_of(const zcopy_span_t *sp, int h)
  * leader decides alike). One step of S - 1 messages costs a leader a send
  * and a receive per other server; the steps cost a latency each, in a
  * row, which pays only once S - 1 messages take longer than that. */
-static bool plane_disseminates(const zcopy_span_t *sp)
+bool zcopy_span_plane_disseminates(const zcopy_span_t *sp)
 {
     return zcopy_config.span_dissemination_min > 0 &&
            sp->ngroups >= zcopy_config.span_dissemination_min;
@@ -185,9 +192,15 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->leader = plane_leader_of(sp, g);
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
+    if (sp->rank == sp->leader && sp->ngroups > 1 &&
+        !zcopy_span_plane_disseminates(sp))
+        sp->pieces = calloc(2 * (size_t)sp->ngroups * PLANE_PIECES_MAX,
+                            sizeof(*sp->pieces));
     cpus = calloc((size_t)gsize, sizeof(*cpus));
     offers = calloc((size_t)sp->nranks, sizeof(*offers));
-    if (!sp->group_tag || !sp->group_flags || !cpus || !offers)
+    if (!sp->group_tag || !sp->group_flags || !cpus || !offers ||
+        (sp->pieces == NULL && sp->rank == sp->leader && sp->ngroups > 1 &&
+         !zcopy_span_plane_disseminates(sp)))
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
     else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
@@ -255,7 +268,7 @@ zcopy_status_t zcopy_span_plane_connect(zcopy_span_t *sp)
 
     if (sp->rank != sp->leader)
         return ZCOPY_SUCCESS;
-    if (!plane_disseminates(sp)) {
+    if (!zcopy_span_plane_disseminates(sp)) {
         for (int h = 0; h < ngroups; h++)
             if (h != me)
                 ZCOPY_CHECK(zcopy_ucx_ep_connect(
@@ -291,8 +304,10 @@ void zcopy_span_plane_destroy(zcopy_span_t *sp)
     sp->plane = NULL;
     free(sp->group_tag);
     free(sp->group_flags);
+    free(sp->pieces);
     sp->group_tag = NULL;
     sp->group_flags = NULL;
+    sp->pieces = NULL;
 }
 
 /* --- rounds ------------------------------------------------------------------ */
@@ -324,35 +339,106 @@ static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
         *len = (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
 }
 
+/* Leader: the pieces of group @from's part of an arrival that group
+ * @to's ranks read, into @iov: its places, then, of each payload its
+ * ranks sent, the blocks of @to's ranks. Returns how many, or 0 when the
+ * whole part goes: payloads read whole, none from @from, or more than
+ * PLANE_PIECES_MAX pieces. Sender and receiver find the same pieces: the
+ * groups and the arrival's payload are the same on every rank. */
+static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
+                           zcopy_ucx_iov_t *iov)
+{
+    const zcopy_span_payload_t *pl = &sp->carried;
+    const int senders = zcopy_span_group_size(sp, from);
+    const int readers = zcopy_span_group_size(sp, to);
+    size_t n = 0;
+
+    if (pl->len == 0 || pl->block == 0 ||
+        (pl->root >= 0 && sp->group[pl->root] != from))
+        return 0;
+    iov[n++] = (zcopy_ucx_iov_t){
+        .buf = sp->area + zcopy_span_group_base(sp, from),
+        .len = (size_t)senders * ZCOPY_SPAN_DESC_STRIDE };
+    for (int i = 0; i < senders; i++) {
+        const int s = zcopy_span_member(sp, from, i);
+        uint8_t *payload = (uint8_t *)zcopy_span_payload_of(sp, s);
+
+        if (pl->root >= 0 && s != pl->root)
+            continue;
+        for (int k = 0; k < readers; k++) {
+            const int first = zcopy_span_member(sp, to, k);
+            int last = first;
+
+            while (k + 1 < readers &&
+                   zcopy_span_member(sp, to, k + 1) == last + 1) {
+                k++;
+                last++;
+            }
+            if (n == PLANE_PIECES_MAX)
+                return 0;
+            iov[n++] = (zcopy_ucx_iov_t){
+                .buf = payload + pl->block * (size_t)first,
+                .len = pl->block * (size_t)(last - first + 1) };
+        }
+    }
+    return n;
+}
+
+/* Leader: the pieces reserved for its message to (@out) or from group @h. */
+static zcopy_ucx_iov_t *plane_pieces(const zcopy_span_t *sp, int h, bool out)
+{
+    return sp->pieces +
+           ((size_t)out * (size_t)sp->ngroups + (size_t)h) * PLANE_PIECES_MAX;
+}
+
 /* Leader: the exchange with the other groups' leaders; false when a
- * message failed. */
+ * message failed. An arrival whose payloads are blocks sends each group
+ * only its ranks' blocks (plane_blocks), a factor of the number of
+ * servers fewer bytes than the whole part; a group with a rank that
+ * declined sends its places alone (plane_buffers), which fill the first
+ * piece of the receive. */
 static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
                            uint64_t round, zcopy_wait_t *w)
 {
     const int me = sp->group[sp->rank];
+    const bool declined = sp->sync_out & PLANE_DECLINED;
     zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    zcopy_ucx_iov_t *iov;
     bool ok = true;
     uint8_t *buf;
-    size_t len;
+    size_t len, whole, n;
 
     /* Everything is posted even after a failure: a leader left without
      * its message would wait for it forever. */
     for (int h = 0; h < sp->ngroups; h++) {
         if (h == me)
             continue;
+        iov = plane_pieces(sp, h, false);
+        n = arrival ? plane_blocks(sp, h, me, iov) : 0;
         plane_buffers(sp, arrival, h, &buf, &len);
-        ok &= zcopy_ucx_tag_recv(buf, len, plane_tag(sp, me, h, round),
-                                 &comp) == ZCOPY_SUCCESS;
+        ok &= (n > 0 ? zcopy_ucx_tag_recvv(iov, n, plane_tag(sp, me, h, round),
+                                           &comp)
+                     : zcopy_ucx_tag_recv(buf, len, plane_tag(sp, me, h, round),
+                                          &comp)) == ZCOPY_SUCCESS;
     }
-    plane_buffers(sp, arrival, me, &buf, &len);
+    plane_buffers(sp, arrival, me, &buf, &whole);
     for (int h = 0; h < sp->ngroups; h++) {
         bool sent;
 
         if (h == me)
             continue;
-        sent = zcopy_ucx_tag_send(sp->eps[plane_leader_of(sp, h)],
-                                  buf, len, plane_tag(sp, h, me, round),
-                                  &comp) == ZCOPY_SUCCESS;
+        iov = plane_pieces(sp, h, true);
+        n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
+        len = n > 0 ? 0 : whole;
+        for (size_t i = 0; i < n; i++)
+            len += iov[i].len;
+        sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
+                                            iov, n,
+                                            plane_tag(sp, h, me, round), &comp)
+                      : zcopy_ucx_tag_send(sp->eps[plane_leader_of(sp, h)],
+                                           buf, len,
+                                           plane_tag(sp, h, me, round),
+                                           &comp)) == ZCOPY_SUCCESS;
         if (sent)
             plane_count(zc, 1, len);
         ok &= sent;
@@ -517,7 +603,7 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         any |= line->flags;
     }
     sp->sync_out = any;
-    if (sp->ngroups > 1 && plane_disseminates(sp)) {
+    if (sp->ngroups > 1 && zcopy_span_plane_disseminates(sp)) {
         top->failed = arrival ? !plane_gather(zc, sp, round, &w)
                               : !plane_disseminate(zc, sp, round, &any, &w);
         if (top->failed)

@@ -585,19 +585,6 @@ void zcopy_span_wake(zcopy_comm_t *zc)
     }
 }
 
-/* Payload bytes per rank that may ride the arrival round. A collective
- * whose payload is n blocks of which each rank reads one (alltoall,
- * reduce_scatter_block, scatter) sends every server n times what a rank
- * there needs, so it gets a quarter of coll_zcopy_span_inline_max: on the
- * emulated cluster such calls of 128-256 KiB ran up to 1.4x slower inline
- * than through transfers, while allreduce, bcast and allgather ran 1.2-2x
- * faster inline up to 256 KiB (docs/parameters.md). */
-static size_t span_inline_limit(const zcopy_coll_args_t *a)
-{
-    const size_t limit = zcopy_config.span_inline_max;
-
-    return zcopy_coll_payload_is_blocks(a->type) ? limit / 4 : limit;
-}
 
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
@@ -625,12 +612,18 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     }
     /* The same decision on every rank: from arguments MPI makes agree
      * and a parameter agreed at set-up. */
-    inline_total = zcopy_coll_inline_bytes(zc, a, span_inline_limit(a));
+    inline_total = zcopy_coll_inline_bytes(zc, a,
+                                           zcopy_config.span_inline_max);
     if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
         pl.root = a->root;
     pl.len = inline_total;
     if (!zcopy_span_payload_fits(sp, &pl))
         inline_total = pl.len = 0;
+    /* Each rank reads one block of these payloads: leaders send each
+     * server only its ranks' blocks (plane.c), so such calls ride the
+     * arrival up to the same limit as the others. */
+    if (zcopy_coll_payload_is_blocks(a->type))
+        pl.block = inline_total / (size_t)sp->nranks;
     span_describe(zc, a, &plan, inline_total, &mine);
     /* A fact of the process, whatever the call: a barrier between idle
      * calls keeps the communicator idle. */

@@ -54,6 +54,11 @@ static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
 typedef struct {
     size_t len;                   /* bytes per sender; 0: no payload */
     int root;                     /* the only sender, or -1 for all */
+    size_t block;                 /* bytes rank r reads of each payload, at
+                                     r * block (alltoall,
+                                     reduce_scatter_block, scatter: the
+                                     payload is a block per rank); 0 when
+                                     every rank reads it whole */
 } zcopy_span_payload_t;
 
 /* What every rank tells the others when a spanning communicator is set up. */
@@ -87,6 +92,9 @@ typedef struct zcopy_span {
     int plane_fd;                 /* the leader's, until set-up ends */
     uint32_t plane_id;            /* in the tags of messages to this rank */
     uint32_t *group_tag;          /* by group: its leader's plane id */
+    zcopy_ucx_iov_t *pieces;      /* leader: [2][groups][PIECES_MAX], the
+                                     pieces of its messages to and from each
+                                     group (plane.c, plane_blocks) */
     uint32_t *group_flags;        /* by group: what it reported at a sync */
     uint32_t sync_out;            /* what this group reports (leader) */
     uint64_t rounds;              /* rounds of the plane passed */
@@ -186,6 +194,12 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
                                  const zcopy_span_payload_t *pl,
                                  const void *src, size_t len);
+
+/* Whether the leaders pass each round in ceil(log2 S) steps, forwarding
+ * other servers' parts of an arrival whole; else a leader's message to
+ * another server carries only the blocks that server's ranks read of a
+ * blocks payload (zcopy_span_payload_t.block). The same on every rank. */
+bool zcopy_span_plane_disseminates(const zcopy_span_t *sp);
 
 /* A synchronisation of every rank: returns what they reported (@flags),
  * or-ed; ZCOPY_SYNC_BROKEN too if messages between servers failed. */
