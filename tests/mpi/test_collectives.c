@@ -1254,6 +1254,7 @@ static bool expect_zcopy(const coll_case_t *c)
  * first), coll_zcopy_span_inline_max and coll_zcopy_yield, as the job runs
  * them (read after MPI_Init). */
 static unsigned long inline_max, inline_max_yield, span_inline_max;
+static bool blocks_split; /* world_splits_blocks(), in span jobs */
 static int yield;
 /* What an inline record holds (larger settings act as this) while waits
  * spin and where they yield, and what the arrivals of a communicator that
@@ -1263,20 +1264,28 @@ static int yield;
 #define SPAN_PAYLOAD_MAX ((size_t)1 << 20)
 
 /* Whether a payload of @bytes per rank rides with the arrivals between
- * servers: at most coll_zcopy_span_inline_max, and what every sender's
- * payload needs fits the plane's area (n payloads, or the root's alone). */
+ * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
+ * rank reads one block of n, reduce_scatter_block, scatter, alltoall,
+ * unless leaders send each server only its ranks' blocks), and what every
+ * sender's payload needs fits the plane's area (n payloads, or the root's
+ * alone). */
 static bool span_carries(const coll_case_t *c, size_t bytes)
 {
     const size_t n = (size_t)c->n;
     const char *name = c->coll->name;
     const bool root_only = strcmp(name, "bcast") == 0 ||
                            strcmp(name, "scatter") == 0;
+    const bool blocks = strcmp(name, "reduce_scatter_block") == 0 ||
+                        strcmp(name, "scatter") == 0 ||
+                        strcmp(name, "alltoall") == 0;
+    const size_t limit = blocks && !blocks_split ? span_inline_max / 4
+                                                 : span_inline_max;
     size_t area = span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
                       : (span_inline_max * n + 63) / 64 * 64;
 
     /* Each sender's payload takes whole cache lines. */
-    return bytes <= span_inline_max &&
+    return bytes <= limit &&
            (bytes + 63) / 64 * 64 <= area / (root_only ? 1 : n);
 }
 
@@ -1654,27 +1663,77 @@ static int env_int(const char *name, int dflt)
     return v && *v ? atoi(v) : dflt;
 }
 
-/* Whether some server holds several ranks of WORLD, as zcopy sees servers:
- * a host, cut into coll_zcopy_virtual_servers blocks of local ranks. */
-static bool a_server_holds_several(void)
+/* The server of each rank of WORLD, as zcopy sees servers (a host, cut
+ * into coll_zcopy_virtual_servers blocks of local ranks), named by its
+ * first rank, into @server[n]. */
+static void world_servers(int *server)
 {
     const int vs = env_int("OMPI_MCA_coll_zcopy_virtual_servers", 1);
     const int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
     const int local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     const int block = (local_size + vs - 1) / (vs > 0 ? vs : 1);
-    int wrank, key, mine, most;
-    MPI_Comm host, server;
+    int wrank, key, first;
+    MPI_Comm host, comm;
 
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, wrank,
                         MPI_INFO_NULL, &host);
     key = block > 0 ? local / block : 0;
-    MPI_Comm_split(host, key, wrank, &server);
-    MPI_Comm_size(server, &mine);
-    MPI_Allreduce(&mine, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Comm_free(&server);
+    MPI_Comm_split(host, key, wrank, &comm);
+    MPI_Allreduce(&wrank, &first, 1, MPI_INT, MPI_MIN, comm);
+    MPI_Allgather(&first, 1, MPI_INT, server, 1, MPI_INT, MPI_COMM_WORLD);
+    MPI_Comm_free(&comm);
     MPI_Comm_free(&host);
-    return most > 1;
+}
+
+/* Whether some server holds several ranks of WORLD. */
+static bool a_server_holds_several(void)
+{
+    int server[MAX_RANKS], n;
+
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    world_servers(server);
+    for (int r = 0; r < n; r++)
+        if (server[r] != r)
+            return true;
+    return false;
+}
+
+/* Whether leaders send each server of WORLD only the blocks its ranks
+ * read of alltoall, reduce_scatter_block and scatter payloads
+ * (src/coll/span/plane.c), so that those ride the arrival up to the whole
+ * coll_zcopy_span_inline_max: not where rounds go in steps (from
+ * coll_zcopy_span_dissemination_min servers), nor where a message would
+ * take more than 256 pieces (1 + the largest server's ranks times the
+ * most runs of consecutive ranks in a server). */
+static bool world_splits_blocks(void)
+{
+    const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
+    const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
+                                       64);
+    int server[MAX_RANKS], n, servers = 0, most = 0, runs_most = 0;
+
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    world_servers(server);
+    for (int r = 0; r < n; r++)
+        if (transport && strcmp(transport, "ucx") == 0)
+            server[r] = r; /* every rank a server of its own */
+    for (int s = 0; s < n; s++) {
+        int size = 0, runs = 0, last = -2;
+
+        for (int r = 0; r < n; r++) {
+            if (server[r] != s)
+                continue;
+            size++;
+            runs += r != last + 1;
+            last = r;
+        }
+        servers += size > 0;
+        most = size > most ? size : most;
+        runs_most = runs > runs_most ? runs : runs_most;
+    }
+    return servers > 1 && !(steps_from > 0 && servers >= steps_from) &&
+           1 + most * runs_most <= 256;
 }
 
 /* WORLD's phase on a job that spans servers: mappings carried the part
@@ -1758,6 +1817,7 @@ int main(int argc, char **argv)
     mode = !strcmp(argv[1], "activated") || alloc_mem ? MODE_ACTIVATED
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
+    blocks_split = span && world_splits_blocks();
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);

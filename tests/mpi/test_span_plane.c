@@ -253,19 +253,35 @@ static void run_small_alltoall(MPI_Comm comm)
                  MPI_INT32_T, comm);
 }
 
-static void check_blocks(const layout_t *l, const sent_t *all, int rank)
+/* The same for a scatter from rank 0, whose payload is the root's alone:
+ * its leader sends each server its places and the blocks of that
+ * server's ranks; every other leader its places. */
+static void run_small_scatter(MPI_Comm comm)
 {
-    /* Every rank's record: rank 1's, which leads no server here. */
+    MPI_Scatter(a2a_in, A2A_BLOCK / 4, MPI_INT32_T, a2a_out, A2A_BLOCK / 4,
+                MPI_INT32_T, 0, comm);
+}
+
+/* @root: the scatter's, or -1 for the alltoall. */
+static void check_blocks(const layout_t *l, const sent_t *all, int rank,
+                         int root)
+{
+    /* The record of rank 1, which leads no server here and is no root. */
     const unsigned long long record = all[1].bytes / CALLS;
     const int me = rank / l->per;
     const unsigned long long mine = (unsigned long long)group_size(l, rank);
+    const bool sends = root < 0 || root / l->per == me;
+    /* Payloads this server sends: each rank's, or the root's. */
+    const unsigned long long senders = root < 0 ? mine : sends;
     unsigned long long expected = record;
 
+    if (root == rank) /* its record holds the payload, rank 1's does not */
+        expected += (unsigned long long)l->nranks * A2A_BLOCK;
     for (int h = 0; h < l->ngroups; h++)
         if (h != me)
-            expected +=
-                mine * (PLACE + (unsigned long long)group_size(l, h * l->per) *
-                                    A2A_BLOCK);
+            expected += mine * PLACE +
+                        senders * (unsigned long long)group_size(l, h * l->per) *
+                            A2A_BLOCK;
     ZT_CHECK(all[rank].msgs ==
                  CALLS * (rank % l->per == 0
                               ? 1 + (unsigned long long)leader_steps(l) : 1),
@@ -273,18 +289,20 @@ static void check_blocks(const layout_t *l, const sent_t *all, int rank)
              rank, all[rank].msgs, CALLS);
     if (rank % l->per == 0 && !in_steps(l))
         ZT_CHECK(all[rank].bytes == CALLS * expected,
-                 "alltoall of %d bytes per pair: leader rank %d sent %llu "
-                 "control bytes per call, expected %llu (its record, then to "
-                 "each other server its places and the blocks of that "
-                 "server's ranks)", A2A_BLOCK, rank, all[rank].bytes / CALLS,
-                 expected);
-    for (int from = 0; from < l->nranks; from++)
+                 "%s of %d bytes per rank: leader rank %d sent %llu control "
+                 "bytes per call, expected %llu (its record, then to each "
+                 "other server its places and the blocks of that server's "
+                 "ranks)", root < 0 ? "alltoall" : "scatter", A2A_BLOCK,
+                 rank, all[rank].bytes / CALLS, expected);
+    for (int from = 0; from < (root < 0 ? l->nranks : 1); from++)
         for (int j = 0; j < A2A_BLOCK / 4; j++) {
-            const int32_t want = from * 10000 + rank * 100 + j;
+            const int src = root < 0 ? from : root;
+            const int32_t want = src * 10000 + rank * 100 + j;
 
             ZT_CHECK(a2a_out[from * (A2A_BLOCK / 4) + j] == want,
-                     "alltoall: element %d from rank %d is %d, expected %d",
-                     j, from, a2a_out[from * (A2A_BLOCK / 4) + j], want);
+                     "%s: element %d from rank %d is %d, expected %d",
+                     root < 0 ? "alltoall" : "scatter", j, src,
+                     a2a_out[from * (A2A_BLOCK / 4) + j], want);
         }
 }
 
@@ -539,7 +557,9 @@ int main(int argc, char **argv)
             for (int j = 0; j < A2A_BLOCK / 4; j++)
                 a2a_in[to * (A2A_BLOCK / 4) + j] = rank * 10000 + to * 100 + j;
         measure(MPI_COMM_WORLD, peers, run_small_alltoall, all);
-        check_blocks(&l, all, rank);
+        check_blocks(&l, all, rank, -1);
+        measure(MPI_COMM_WORLD, peers, run_small_scatter, all);
+        check_blocks(&l, all, rank, 0);
     }
     ZT_CHECK(tiny_out[0] == nranks * (nranks - 1) / 2 &&
                  tiny_out[1] == tiny_out[0],

@@ -18,8 +18,10 @@
  * A member writes its arrival (and payload) into its place and enters the
  * round; the leader waits for every member, sends its group's part (or,
  * at a sync, the group's or-ed report) to every other group's leader in
- * one tagged UCX message each, receives theirs straight into their parts,
- * and completes the round; members wait for that. So a rank that is not a
+ * one tagged UCX message each (of payloads that are a block per rank,
+ * only the blocks of that group's ranks: plane_blocks), receives theirs
+ * straight into their parts, and completes the round; members wait for
+ * that. So a rank that is not a
  * leader sends one record per round whatever the number of servers, and a
  * leader one message per other server. From
  * coll_zcopy_span_dissemination_min servers on, leaders pass a round in
@@ -61,10 +63,10 @@
 
 /* Pieces of a leader's message that carries only the blocks its receivers
  * read (plane_blocks): the places, then a piece per sender and run of
- * consecutive ranks of the receiving server. Servers whose ranks are
- * consecutive need one piece per sender; a layout that needs more than
- * this sends whole parts, as the steps do. */
-#define PLANE_PIECES_MAX 16
+ * consecutive ranks of the receiving server; 1 + g pieces between servers
+ * of consecutive ranks, 1 + g h where ranks alternate between servers.
+ * Beyond this many in one message, whole parts go (plane_split_blocks). */
+#define PLANE_PIECES_MAX 256
 
 typedef struct {
     _Atomic uint64_t round;       /* the last round completed (leader) or
@@ -168,6 +170,64 @@ static size_t plane_payload_size(int nranks)
     return zcopy_align_up(each * n, ZCOPY_CACHE_LINE);
 }
 
+/* Runs of consecutive ranks among group @g's members (in rank order). */
+static int plane_runs(const zcopy_span_t *sp, int g)
+{
+    const int m = zcopy_span_group_size(sp, g);
+    int runs = m > 0;
+
+    for (int i = 1; i < m; i++)
+        runs += zcopy_span_member(sp, g, i) !=
+                zcopy_span_member(sp, g, i - 1) + 1;
+    return runs;
+}
+
+/* Pieces of a message from group @from to group @to when it carries only
+ * blocks: the places, and a piece per sender and run of @to. */
+static size_t plane_blocks_pieces(const zcopy_span_t *sp, int from, int to)
+{
+    return 1 + (size_t)zcopy_span_group_size(sp, from) *
+                   (size_t)plane_runs(sp, to);
+}
+
+/* Whether leaders send other servers only the blocks their ranks read
+ * (plane_exchange): not when rounds go in steps, which forward whole
+ * parts, nor when a message would need more than PLANE_PIECES_MAX pieces.
+ * From the groups and an agreed parameter: the same on every rank, which
+ * decides with it how large such payloads may ride the arrival. */
+static bool plane_split_blocks(const zcopy_span_t *sp)
+{
+    int runs = 0;
+
+    if (sp->ngroups < 2 || zcopy_span_plane_disseminates(sp))
+        return false;
+    for (int g = 0; g < sp->ngroups; g++)
+        if (plane_runs(sp, g) > runs)
+            runs = plane_runs(sp, g);
+    /* At most the largest group's senders times the most runs. */
+    return 1 + (size_t)sp->max_group * (size_t)runs <= PLANE_PIECES_MAX;
+}
+
+/* Leader: where the pieces of its message from (then to) each group start
+ * in sp->pieces (piece_at[h], piece_at[ngroups + h]); returns how many in
+ * all. */
+static size_t plane_place_pieces(zcopy_span_t *sp)
+{
+    const int me = sp->group[sp->rank];
+    size_t at = 0;
+
+    for (int i = 0; i < 2 * sp->ngroups; i++) {
+        const int h = i % sp->ngroups;
+
+        sp->piece_at[i] = at;
+        if (h != me)
+            at += i < sp->ngroups ? plane_blocks_pieces(sp, h, me)
+                                  : plane_blocks_pieces(sp, me, h);
+    }
+    sp->piece_at[2 * sp->ngroups] = at;
+    return at;
+}
+
 /* --- set-up ---------------------------------------------------------------- */
 
 typedef struct {
@@ -192,15 +252,17 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->leader = plane_leader_of(sp, g);
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
-    if (sp->rank == sp->leader && sp->ngroups > 1 &&
-        !zcopy_span_plane_disseminates(sp))
-        sp->pieces = calloc(2 * (size_t)sp->ngroups * PLANE_PIECES_MAX,
-                            sizeof(*sp->pieces));
+    sp->blocks_split = plane_split_blocks(sp);
+    if (sp->blocks_split && sp->rank == sp->leader) {
+        sp->piece_at = calloc(2 * (size_t)sp->ngroups + 1,
+                              sizeof(*sp->piece_at));
+        if (sp->piece_at != NULL)
+            sp->pieces = calloc(plane_place_pieces(sp), sizeof(*sp->pieces));
+    }
     cpus = calloc((size_t)gsize, sizeof(*cpus));
     offers = calloc((size_t)sp->nranks, sizeof(*offers));
     if (!sp->group_tag || !sp->group_flags || !cpus || !offers ||
-        (sp->pieces == NULL && sp->rank == sp->leader && sp->ngroups > 1 &&
-         !zcopy_span_plane_disseminates(sp)))
+        (sp->blocks_split && sp->rank == sp->leader && sp->pieces == NULL))
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
     else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
@@ -305,9 +367,11 @@ void zcopy_span_plane_destroy(zcopy_span_t *sp)
     free(sp->group_tag);
     free(sp->group_flags);
     free(sp->pieces);
+    free(sp->piece_at);
     sp->group_tag = NULL;
     sp->group_flags = NULL;
     sp->pieces = NULL;
+    sp->piece_at = NULL;
 }
 
 /* --- rounds ------------------------------------------------------------------ */
@@ -340,11 +404,12 @@ static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
 }
 
 /* Leader: the pieces of group @from's part of an arrival that group
- * @to's ranks read, into @iov: its places, then, of each payload its
- * ranks sent, the blocks of @to's ranks. Returns how many, or 0 when the
- * whole part goes: payloads read whole, none from @from, or more than
- * PLANE_PIECES_MAX pieces. Sender and receiver find the same pieces: the
- * groups and the arrival's payload are the same on every rank. */
+ * @to's ranks read, into @iov (room for plane_blocks_pieces()): its
+ * places, then, of each payload its ranks sent, the blocks of @to's ranks.
+ * Returns how many, or 0 when the whole part goes: blocks not split here,
+ * payloads read whole, or none from @from. Sender and receiver find the
+ * same pieces: the groups and the arrival's payload are the same on every
+ * rank. */
 static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
                            zcopy_ucx_iov_t *iov)
 {
@@ -353,7 +418,7 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
     const int readers = zcopy_span_group_size(sp, to);
     size_t n = 0;
 
-    if (pl->len == 0 || pl->block == 0 ||
+    if (!sp->blocks_split || pl->len == 0 || pl->block == 0 ||
         (pl->root >= 0 && sp->group[pl->root] != from))
         return 0;
     iov[n++] = (zcopy_ucx_iov_t){
@@ -374,8 +439,6 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
                 k++;
                 last++;
             }
-            if (n == PLANE_PIECES_MAX)
-                return 0;
             iov[n++] = (zcopy_ucx_iov_t){
                 .buf = payload + pl->block * (size_t)first,
                 .len = pl->block * (size_t)(last - first + 1) };
@@ -384,19 +447,22 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
     return n;
 }
 
-/* Leader: the pieces reserved for its message to (@out) or from group @h. */
+/* Leader: the pieces reserved for its message to (@out) or from group @h;
+ * NULL where blocks are not split. */
 static zcopy_ucx_iov_t *plane_pieces(const zcopy_span_t *sp, int h, bool out)
 {
-    return sp->pieces +
-           ((size_t)out * (size_t)sp->ngroups + (size_t)h) * PLANE_PIECES_MAX;
+    if (sp->pieces == NULL)
+        return NULL;
+    return sp->pieces + sp->piece_at[(size_t)out * (size_t)sp->ngroups +
+                                     (size_t)h];
 }
 
 /* Leader: the exchange with the other groups' leaders; false when a
  * message failed. An arrival whose payloads are blocks sends each group
- * only its ranks' blocks (plane_blocks), a factor of the number of
- * servers fewer bytes than the whole part; a group with a rank that
- * declined sends its places alone (plane_buffers), which fill the first
- * piece of the receive. */
+ * only its ranks' blocks (plane_blocks): n / h times fewer payload bytes
+ * than the whole part to a group of h of the n ranks. A group with a rank
+ * that declined sends its places alone (plane_buffers), which fill the
+ * first piece of the receive. */
 static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
                            uint64_t round, zcopy_wait_t *w)
 {

@@ -586,6 +586,24 @@ void zcopy_span_wake(zcopy_comm_t *zc)
 }
 
 
+/* Payload bytes per rank that may ride the arrival round. Where each rank
+ * reads one block of every payload (alltoall, reduce_scatter_block,
+ * scatter) and leaders cannot send each server only its ranks' blocks
+ * (rounds in steps, or ranks scattered over the servers: plane.c), every
+ * server receives n times what its ranks read, so such calls get a quarter
+ * of coll_zcopy_span_inline_max: on the emulated cluster they ran up to
+ * 1.4x slower inline than through transfers at 128-256 KiB, while the
+ * others ran 1.2-2x faster inline up to 256 KiB (docs/parameters.md). */
+static size_t span_inline_limit(const zcopy_span_t *sp,
+                                const zcopy_coll_args_t *a)
+{
+    const size_t limit = zcopy_config.span_inline_max;
+
+    if (zcopy_coll_payload_is_blocks(a->type) && !sp->blocks_split)
+        return limit / 4;
+    return limit;
+}
+
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_span_t *sp = zc->span;
@@ -612,16 +630,14 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     }
     /* The same decision on every rank: from arguments MPI makes agree
      * and a parameter agreed at set-up. */
-    inline_total = zcopy_coll_inline_bytes(zc, a,
-                                           zcopy_config.span_inline_max);
+    inline_total = zcopy_coll_inline_bytes(zc, a, span_inline_limit(sp, a));
     if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
         pl.root = a->root;
     pl.len = inline_total;
     if (!zcopy_span_payload_fits(sp, &pl))
         inline_total = pl.len = 0;
-    /* Each rank reads one block of these payloads: leaders send each
-     * server only its ranks' blocks (plane.c), so such calls ride the
-     * arrival up to the same limit as the others. */
+    /* Each rank reads one block of these payloads: where blocks are
+     * split, leaders send each server only its ranks' (plane.c). */
     if (zcopy_coll_payload_is_blocks(a->type))
         pl.block = inline_total / (size_t)sp->nranks;
     span_describe(zc, a, &plan, inline_total, &mine);

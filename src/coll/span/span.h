@@ -92,9 +92,11 @@ typedef struct zcopy_span {
     int plane_fd;                 /* the leader's, until set-up ends */
     uint32_t plane_id;            /* in the tags of messages to this rank */
     uint32_t *group_tag;          /* by group: its leader's plane id */
-    zcopy_ucx_iov_t *pieces;      /* leader: [2][groups][PIECES_MAX], the
-                                     pieces of its messages to and from each
-                                     group (plane.c, plane_blocks) */
+    bool blocks_split;            /* leaders send each server only the
+                                     blocks its ranks read (plane.c) */
+    zcopy_ucx_iov_t *pieces;      /* leader, where split: the pieces of its
+                                     messages from, then to, each group */
+    size_t *piece_at;             /* where each group's start in pieces */
     uint32_t *group_flags;        /* by group: what it reported at a sync */
     uint32_t sync_out;            /* what this group reports (leader) */
     uint64_t rounds;              /* rounds of the plane passed */
