@@ -21,13 +21,12 @@
  * one tagged UCX message each (of payloads that are a block per rank,
  * only the blocks of that group's ranks: plane_blocks), receives theirs
  * straight into their parts, and completes the round; members wait for
- * that. So a rank that is not a
- * leader sends one record per round whatever the number of servers, and a
- * leader one message per other server. From
- * coll_zcopy_span_dissemination_min servers on, leaders pass a round in
- * ceil(log2 S) steps of one message instead: an arrival's parts by Bruck's
- * allgather (plane_gather), a sync's reports by dissemination
- * (plane_disseminate).
+ * that. So a rank that is not a leader sends one record per round
+ * whatever the number of servers, and a leader one message per other
+ * server. From coll_zcopy_span_dissemination_min servers on, leaders pass
+ * a round in ceil(log2 S) steps of one message instead: an arrival's
+ * parts by Bruck's allgather (plane_gather), a sync's reports by
+ * dissemination (plane_disseminate).
  *
  * Why the areas can be reused by parity: a member writes arrival k only
  * after round k - 1 completed, which needed every member of its group to
