@@ -1175,7 +1175,7 @@ static MPI_Comm control_comm(void)
 
 /* The barrier before each timed call: a dissemination of empty messages,
  * ceil(log2 n) rounds, through the point-to-point engine, which every mode
- * shares (MPI_Barrier would be the collective component under test). */
+ * shares (MPI_Barrier would be a peer's own barrier in its runs). */
 static void start_barrier(MPI_Comm ctl)
 {
     int rank, n;

@@ -48,7 +48,10 @@ typedef struct {
     uint64_t inline_max;      /* not a counter: payload bytes per rank up
                                  to which this communicator's collectives
                                  travel inside the control plane (between
-                                 servers, within its payload area too);
+                                 servers, within its payload area too,
+                                 and a quarter of it for alltoall,
+                                 reduce_scatter_block and scatter where
+                                 leaders send whole payloads);
                                  0 before its first collective, and where
                                  zero-copy is off */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */

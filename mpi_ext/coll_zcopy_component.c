@@ -217,10 +217,12 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->span_inline_max);
     zcopy_register_int("span_dissemination_min",
         "On communicators that span at least this many servers, the "
-        "servers' leaders pass a sync (the steps of a collective moved by "
-        "UCX) in ceil(log2(servers)) steps of one message each "
-        "(dissemination), instead of one step in which each sends a "
-        "message to every other leader; 0 never does",
+        "servers' leaders pass each round (an arrival by Bruck's "
+        "allgather, a sync by dissemination) in ceil(log2(servers)) steps "
+        "of one message each, instead of one step in which each sends a "
+        "message to every other leader; arrivals' parts then travel whole "
+        "(alltoall, reduce_scatter_block and scatter keep a quarter of "
+        "span_inline_max); 0 never does",
         OPAL_INFO_LVL_9, &c->span_dissemination_min);
 
     zcopy_register_ulong("streaming_min",

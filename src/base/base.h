@@ -73,8 +73,8 @@ typedef struct {
     size_t inline_max_yield;   /* the same where waits yield the processor */
     size_t span_inline_max;    /* the same between servers: payloads ride
                                   with the arrivals (coll/span.h caps) */
-    int span_dissemination_min; /* servers from which the leaders pass a
-                                  sync in log2 steps (0: never) */
+    int span_dissemination_min; /* servers from which the leaders pass
+                                  each round in log2 steps (0: never) */
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
     int transport;             /* zcopy_transport_t: how peers are reached */
     int ucx_fetch;             /* zcopy_ucx_fetch_t: how UCX reads a peer */

@@ -4,7 +4,9 @@
  * not lead its server sends one record to its server's shared segment,
  * however many servers there are; a leader sends that record and one
  * message to each other server's leader, of its own server's records (with
- * their payloads, for a collective small enough to ride with its arrival).
+ * their payloads, for a collective small enough to ride with its arrival;
+ * of alltoall and scatter payloads, only the blocks of that server's
+ * ranks).
  *
  * Run on virtual servers (coll_zcopy_virtual_servers=V: consecutive blocks
  * of ranks, the first of each block its leader) or with

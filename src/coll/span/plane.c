@@ -19,7 +19,8 @@
  * round; the leader waits for every member, sends its group's part (or,
  * at a sync, the group's or-ed report) to every other group's leader in
  * one tagged UCX message each (of payloads that are a block per rank,
- * only the blocks of that group's ranks: plane_blocks), receives theirs
+ * where blocks are split, only the blocks of that group's ranks:
+ * plane_split_blocks, plane_blocks), receives theirs
  * straight into their parts, and completes the round; members wait for
  * that. So a rank that is not a leader sends one record per round
  * whatever the number of servers, and a leader one message per other

@@ -198,9 +198,11 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const void *src, size_t len);
 
 /* Whether the leaders pass each round in ceil(log2 S) steps, forwarding
- * other servers' parts of an arrival whole; else a leader's message to
- * another server carries only the blocks that server's ranks read of a
- * blocks payload (zcopy_span_payload_t.block). The same on every rank. */
+ * other servers' parts of an arrival whole; else, where blocks are split
+ * (zcopy_span_t.blocks_split: at most 256 pieces per message), a leader's
+ * message to another server carries only the blocks that server's ranks
+ * read of a blocks payload (zcopy_span_payload_t.block). The same on
+ * every rank. */
 bool zcopy_span_plane_disseminates(const zcopy_span_t *sp);
 
 /* A synchronisation of every rank: returns what they reported (@flags),
@@ -226,7 +228,8 @@ static inline bool zcopy_span_payload_fits(const zcopy_span_t *sp,
 
 /* The last arrival lies in its area group after group, each group's part
  * its ranks' places and then their payloads, so that each leader sends its
- * group's part in one message. Where group @g's part starts: */
+ * group's part (or, of a blocks payload, the pieces the receiving server
+ * reads: plane.c) in one message. Where group @g's part starts: */
 static inline size_t zcopy_span_group_base(const zcopy_span_t *sp, int g)
 {
     const zcopy_span_payload_t *pl = &sp->carried;
