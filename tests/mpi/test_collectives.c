@@ -1709,15 +1709,15 @@ static bool a_server_holds_several(void)
 static bool world_splits_blocks(void)
 {
     const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
+    const bool ucx = transport && strcmp(transport, "ucx") == 0;
     const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
                                        64);
     int server[MAX_RANKS], n, servers = 0, most = 0, runs_most = 0;
 
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     world_servers(server);
-    for (int r = 0; r < n; r++)
-        if (transport && strcmp(transport, "ucx") == 0)
-            server[r] = r; /* every rank a server of its own */
+    for (int r = 0; ucx && r < n; r++)
+        server[r] = r; /* every rank a server of its own */
     for (int s = 0; s < n; s++) {
         int size = 0, runs = 0, last = -2;
 

@@ -20,14 +20,14 @@
  * at a sync, the group's or-ed report) to every other group's leader in
  * one tagged UCX message each (of payloads that are a block per rank,
  * where blocks are split, only the blocks of that group's ranks:
- * plane_split_blocks, plane_blocks), receives theirs
- * straight into their parts, and completes the round; members wait for
- * that. So a rank that is not a leader sends one record per round
- * whatever the number of servers, and a leader one message per other
- * server. From coll_zcopy_span_dissemination_min servers on, leaders pass
- * a round in ceil(log2 S) steps of one message instead: an arrival's
- * parts by Bruck's allgather (plane_gather), a sync's reports by
- * dissemination (plane_disseminate).
+ * plane_split_blocks, plane_blocks), receives theirs straight into their
+ * parts, and completes the round; members wait for that. So a rank that
+ * is not a leader sends one record per round whatever the number of
+ * servers, and a leader one message per other server. From
+ * coll_zcopy_span_dissemination_min servers on, leaders pass a round in
+ * ceil(log2 S) steps of one message instead: an arrival's parts by
+ * Bruck's allgather (plane_gather), a sync's reports by dissemination
+ * (plane_disseminate).
  *
  * Why the areas can be reused by parity: a member writes arrival k only
  * after round k - 1 completed, which needed every member of its group to
@@ -120,7 +120,7 @@ static int plane_leader_of(const zcopy_span_t *sp, int h)
  * leader decides alike). One step of S - 1 messages costs a leader a send
  * and a receive per other server; the steps cost a latency each, in a
  * row, which pays only once S - 1 messages take longer than that. */
-bool zcopy_span_plane_disseminates(const zcopy_span_t *sp)
+static bool plane_disseminates(const zcopy_span_t *sp)
 {
     return zcopy_config.span_dissemination_min > 0 &&
            sp->ngroups >= zcopy_config.span_dissemination_min;
@@ -199,7 +199,7 @@ static bool plane_split_blocks(const zcopy_span_t *sp)
 {
     int runs = 0;
 
-    if (sp->ngroups < 2 || zcopy_span_plane_disseminates(sp))
+    if (sp->ngroups < 2 || plane_disseminates(sp))
         return false;
     for (int g = 0; g < sp->ngroups; g++)
         if (plane_runs(sp, g) > runs)
@@ -330,7 +330,7 @@ zcopy_status_t zcopy_span_plane_connect(zcopy_span_t *sp)
 
     if (sp->rank != sp->leader)
         return ZCOPY_SUCCESS;
-    if (!zcopy_span_plane_disseminates(sp)) {
+    if (!plane_disseminates(sp)) {
         for (int h = 0; h < ngroups; h++)
             if (h != me)
                 ZCOPY_CHECK(zcopy_ucx_ep_connect(
@@ -447,6 +447,15 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
     return n;
 }
 
+static size_t plane_iov_bytes(const zcopy_ucx_iov_t *iov, size_t n)
+{
+    size_t bytes = 0;
+
+    for (size_t i = 0; i < n; i++)
+        bytes += iov[i].len;
+    return bytes;
+}
+
 /* Leader: the pieces reserved for its message to (@out) or from group @h;
  * NULL where blocks are not split. */
 static zcopy_ucx_iov_t *plane_pieces(const zcopy_span_t *sp, int h, bool out)
@@ -495,9 +504,7 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
-        len = n > 0 ? 0 : whole;
-        for (size_t i = 0; i < n; i++)
-            len += iov[i].len;
+        len = n > 0 ? plane_iov_bytes(iov, n) : whole;
         sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
                                             iov, n,
                                             plane_tag(sp, h, me, round), &comp)
@@ -522,7 +529,6 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     return true;
 }
 
-
 /* Leader: one step of a round passed in steps: @out to the leader of
  * group @to, @in from the leader of group @from, both posted whatever
  * failed before (a leader left without its message would wait for it
@@ -536,11 +542,9 @@ static bool plane_step(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
 {
     const int me = sp->group[sp->rank];
     zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
-    size_t bytes = 0;
+    const size_t bytes = plane_iov_bytes(out, nout);
     bool ok, sent;
 
-    for (size_t i = 0; i < nout; i++)
-        bytes += out[i].len;
     ok = zcopy_ucx_tag_recvv(in, nin, plane_tag(sp, me, from, round),
                              &comp) == ZCOPY_SUCCESS;
     sent = zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, to)], out, nout,
@@ -669,7 +673,7 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         any |= line->flags;
     }
     sp->sync_out = any;
-    if (sp->ngroups > 1 && zcopy_span_plane_disseminates(sp)) {
+    if (sp->ngroups > 1 && plane_disseminates(sp)) {
         top->failed = arrival ? !plane_gather(zc, sp, round, &w)
                               : !plane_disseminate(zc, sp, round, &any, &w);
         if (top->failed)

@@ -585,16 +585,15 @@ void zcopy_span_wake(zcopy_comm_t *zc)
     }
 }
 
-
 /* Payload bytes per rank that may ride the arrival round. Where each rank
  * reads one block of every payload (alltoall, reduce_scatter_block,
  * scatter) and leaders cannot send each server only its ranks' blocks
  * (rounds in steps, or a message that would need more pieces than
  * plane.c allows), a server of h ranks receives n / h times what they
- * read, so such calls get a quarter
- * of coll_zcopy_span_inline_max: on the emulated cluster they ran up to
- * 1.4x slower inline than through transfers at 128-256 KiB, while the
- * others ran 1.2-2x faster inline up to 256 KiB (docs/parameters.md). */
+ * read, so such calls get a quarter of coll_zcopy_span_inline_max: on the
+ * emulated cluster they ran up to 1.4x slower inline than through
+ * transfers at 128-256 KiB, while the others ran 1.2-2x faster inline up
+ * to 256 KiB (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {

@@ -93,7 +93,11 @@ typedef struct zcopy_span {
     uint32_t plane_id;            /* in the tags of messages to this rank */
     uint32_t *group_tag;          /* by group: its leader's plane id */
     bool blocks_split;            /* leaders send each server only the
-                                     blocks its ranks read (plane.c) */
+                                     blocks its ranks read of a blocks
+                                     payload: not where rounds go in
+                                     steps, nor past 256 pieces per
+                                     message (plane.c); the same on every
+                                     rank */
     zcopy_ucx_iov_t *pieces;      /* leader, where split: the pieces of its
                                      messages from, then to, each group */
     size_t *piece_at;             /* where each group's start in pieces */
@@ -196,14 +200,6 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
                                  const zcopy_span_payload_t *pl,
                                  const void *src, size_t len);
-
-/* Whether the leaders pass each round in ceil(log2 S) steps, forwarding
- * other servers' parts of an arrival whole; else, where blocks are split
- * (zcopy_span_t.blocks_split: at most 256 pieces per message), a leader's
- * message to another server carries only the blocks that server's ranks
- * read of a blocks payload (zcopy_span_payload_t.block). The same on
- * every rank. */
-bool zcopy_span_plane_disseminates(const zcopy_span_t *sp);
 
 /* A synchronisation of every rank: returns what they reported (@flags),
  * or-ed; ZCOPY_SYNC_BROKEN too if messages between servers failed. */
