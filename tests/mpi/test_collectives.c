@@ -1589,6 +1589,17 @@ static bool large_ok(const op_desc_t *op, const type_desc_t *t)
     return false;
 }
 
+/* Between servers, alltoall, reduce_scatter_block and scatter carry a
+ * payload of n blocks with the arrival up to a quarter of
+ * coll_zcopy_span_inline_max where leaders send other servers whole
+ * payloads, and up to all of it where they send each server only its
+ * ranks' blocks (span_carries): a count whose payload per rank, 128 KiB,
+ * lies between the two (with the suite's 256 KiB) tells them apart. */
+static size_t span_window_count(const phase_t *ph, const type_desc_t *t)
+{
+    return 128 * KIB / t->extent / (size_t)ph->n;
+}
+
 static void run_reductions(phase_t *ph)
 {
     static const int reductions[] = { C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER,
@@ -1602,11 +1613,15 @@ static void run_reductions(phase_t *ph)
              * largest making ~1 MiB in all. */
             const size_t large = coll == C_RSB
                 ? MIB / t->extent / (size_t)ph->n + 3 : MIB / t->extent + 3;
-            const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent, large };
+            const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent, large,
+                                      span_window_count(ph, t) };
+            /* The window between servers matters to the payloads of
+             * blocks alone. */
+            const size_t nsizes = span && coll == C_RSB ? 6 : 5;
             for (size_t oi = 0; oi < NOPS; oi++) {
                 if (!op_applies(&ops[oi], t))
                     continue;
-                for (size_t k = 0; k < 5; k++)
+                for (size_t k = 0; k < nsizes; k++)
                     if (k < 4 || large_ok(&ops[oi], t))
                         sweep(ph, coll, t, &ops[oi], counts[k]);
             }
@@ -1623,9 +1638,10 @@ static void run_movement(phase_t *ph)
         for (size_t ti = 0; ti < sizeof(names) / sizeof(names[0]); ti++) {
             const type_desc_t *t = type_named(names[ti]);
             const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent,
-                                      256 * KIB / t->extent };
+                                      256 * KIB / t->extent,
+                                      span_window_count(ph, t) };
             /* The non-contiguous pair falls back anyway: small sizes do. */
-            const size_t nsizes = t->contiguous ? 5 : 3;
+            const size_t nsizes = !t->contiguous ? 3 : span ? 6 : 5;
             for (size_t k = 0; k < nsizes; k++)
                 sweep(ph, coll, t, NULL, counts[k]);
         }
