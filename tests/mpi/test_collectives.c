@@ -1192,6 +1192,7 @@ typedef struct {
     const char *name;
     int rank, n;
     bool spans;               /* span mode, and the comm spans servers */
+    bool blocks_split;        /* comm_splits_blocks(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
     log_entry_t *log;
@@ -1211,6 +1212,8 @@ static uint64_t fnv1a(const char *s)
     return h | 1; /* never 0, the mark of a zero-copy call */
 }
 
+static bool comm_splits_blocks(const int *wranks, int n);
+
 static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
 {
     MPI_Group world, group;
@@ -1229,6 +1232,7 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
     for (int j = 0; j < ph->n; j++)
         ranks[j] = j;
     MPI_Group_translate_ranks(group, ph->n, ranks, world, wranks);
+    ph->blocks_split = span && comm_splits_blocks(wranks, ph->n);
     /* Which members use the arena: nobody in malloc mode, every rank but
      * world rank 1 in mixed mode. */
     for (int j = 0; j < ph->n; j++)
@@ -1254,7 +1258,8 @@ static bool expect_zcopy(const coll_case_t *c)
  * first), coll_zcopy_span_inline_max and coll_zcopy_yield, as the job runs
  * them (read after MPI_Init). */
 static unsigned long inline_max, inline_max_yield, span_inline_max;
-static bool blocks_split; /* world_splits_blocks(), in span jobs */
+/* zcopy's server of each rank of WORLD (world_servers()), in span jobs. */
+static int world_server[MAX_RANKS];
 static int yield;
 /* What an inline record holds (larger settings act as this) while waits
  * spin and where they yield, and what the arrivals of a communicator that
@@ -1269,7 +1274,8 @@ static int yield;
  * unless leaders send each server only its ranks' blocks), and what every
  * sender's payload needs fits the plane's area (n payloads, or the root's
  * alone). */
-static bool span_carries(const coll_case_t *c, size_t bytes)
+static bool span_carries(const coll_case_t *c, size_t bytes,
+                         bool blocks_split)
 {
     const size_t n = (size_t)c->n;
     const char *name = c->coll->name;
@@ -1345,7 +1351,7 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph,
     in_server = bytes <= limit;
     if (!span)
         return in_server;
-    between = span_carries(c, bytes);
+    between = span_carries(c, bytes, ph->blocks_split);
     if (ph->spans || in_server == between)
         return between;
     return -1;
@@ -1669,6 +1675,8 @@ static void run_subset(phase_t *ph)
         sweep(ph, C_ALLGATHER, dbl, NULL, sizes64[k]);
         sweep(ph, C_ALLTOALL, i32, NULL, sizes32[k]);
     }
+    if (span) /* whether a split's own servers split blocks */
+        sweep(ph, C_ALLTOALL, i32, NULL, span_window_count(ph, i32));
     run_case(ph, C_BARRIER, NULL, NULL, 0, -1, false);
 }
 
@@ -1715,36 +1723,41 @@ static bool a_server_holds_several(void)
     return false;
 }
 
-/* Whether leaders send each server of WORLD only the blocks its ranks
- * read of alltoall, reduce_scatter_block and scatter payloads
- * (src/coll/span/plane.c), so that those ride the arrival up to the whole
- * coll_zcopy_span_inline_max: not where rounds go in steps (from
- * coll_zcopy_span_dissemination_min servers), nor where a message would
- * take more than 256 pieces (1 + the largest server's ranks times the
- * most runs of consecutive ranks in a server). */
-static bool world_splits_blocks(void)
+/* Whether the leaders of a communicator of WORLD ranks @wranks[n] send
+ * each server only the blocks its ranks read of alltoall,
+ * reduce_scatter_block and scatter payloads (src/coll/span/plane.c), so
+ * that those ride the arrival up to the whole coll_zcopy_span_inline_max:
+ * not where rounds go in steps (from coll_zcopy_span_dissemination_min
+ * servers), nor where a message would take more than 256 pieces (1 + the
+ * largest server's ranks times the most runs of consecutive ranks of the
+ * communicator in a server). */
+static bool comm_splits_blocks(const int *wranks, int n)
 {
     const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
     const bool ucx = transport && strcmp(transport, "ucx") == 0;
     const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
                                        64);
-    int server[MAX_RANKS], n, servers = 0, most = 0, runs_most = 0;
+    int server[MAX_RANKS], servers = 0, most = 0, runs_most = 0;
 
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    world_servers(server);
-    for (int r = 0; ucx && r < n; r++)
-        server[r] = r; /* every rank a server of its own */
-    for (int s = 0; s < n; s++) {
+    /* With the ucx transport every rank is a server of its own. */
+    for (int j = 0; j < n; j++)
+        server[j] = ucx ? wranks[j] : world_server[wranks[j]];
+    for (int first = 0; first < n; first++) {
         int size = 0, runs = 0, last = -2;
+        bool seen = false;
 
-        for (int r = 0; r < n; r++) {
-            if (server[r] != s)
+        for (int j = 0; j < first && !seen; j++)
+            seen = server[j] == server[first];
+        if (seen)
+            continue; /* counted with its first member */
+        for (int j = first; j < n; j++) {
+            if (server[j] != server[first])
                 continue;
             size++;
-            runs += r != last + 1;
-            last = r;
+            runs += j != last + 1;
+            last = j;
         }
-        servers += size > 0;
+        servers++;
         most = size > most ? size : most;
         runs_most = runs > runs_most ? runs : runs_most;
     }
@@ -1833,7 +1846,8 @@ int main(int argc, char **argv)
     mode = !strcmp(argv[1], "activated") || alloc_mem ? MODE_ACTIVATED
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
-    blocks_split = span && world_splits_blocks();
+    if (span)
+        world_servers(world_server);
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);
