@@ -39,11 +39,13 @@ zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16
 set_tests_properties(mpi.collectives.vservers8.np16 PROPERTIES TIMEOUT 600)
 # Leaders passing rounds in steps (Bruck's gather for arrivals and their
 # payloads, dissemination for syncs), forced at 3 servers: uneven groups
-# (2, 2, 1), and every rank a server of its own.
+# (2, 2, 1), and every rank a server of its own. From 3 servers on, so that
+# the splits of 2 servers (half0, parity1) send each server only its ranks'
+# blocks while WORLD passes rounds in steps.
 zcopy_add_mpi_test(NAME mpi.collectives.vservers3.dissemination.np5
                    TARGET test_collectives NP 5 ARGS activated span
                    MCA coll_zcopy_virtual_servers=3
-                       coll_zcopy_span_dissemination_min=2 LABELS span)
+                       coll_zcopy_span_dissemination_min=3 LABELS span)
 zcopy_add_mpi_test(NAME mpi.collectives.ucx.dissemination.np3
                    TARGET test_collectives NP 3 ARGS activated span
                    MCA coll_zcopy_transport=ucx
