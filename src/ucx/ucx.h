@@ -276,6 +276,18 @@ typedef struct {
     void *buf;
     size_t len;
 } zcopy_ucx_iov_t;
+
+/* Bytes of the @n pieces of @iov together. */
+static inline size_t zcopy_ucx_iov_bytes(const zcopy_ucx_iov_t *iov,
+                                         size_t n)
+{
+    size_t len = 0;
+
+    for (size_t i = 0; i < n; i++)
+        len += iov[i].len;
+    return len;
+}
+
 zcopy_status_t zcopy_ucx_tag_sendv(zcopy_ucx_ep_t *ep,
                                    const zcopy_ucx_iov_t *iov, size_t n,
                                    uint64_t tag, zcopy_ucx_comp_t *comp);

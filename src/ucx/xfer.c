@@ -257,15 +257,6 @@ static zcopy_status_t tag_recv(void *buf, size_t count, bool iov, size_t len,
     return st;
 }
 
-static size_t iov_bytes(const zcopy_ucx_iov_t *iov, size_t n)
-{
-    size_t len = 0;
-
-    for (size_t i = 0; i < n; i++)
-        len += iov[i].len;
-    return len;
-}
-
 zcopy_status_t zcopy_ucx_tag_send(zcopy_ucx_ep_t *ep, const void *buf,
                                   size_t len, uint64_t tag,
                                   zcopy_ucx_comp_t *comp)
@@ -283,13 +274,15 @@ zcopy_status_t zcopy_ucx_tag_sendv(zcopy_ucx_ep_t *ep,
                                    const zcopy_ucx_iov_t *iov, size_t n,
                                    uint64_t tag, zcopy_ucx_comp_t *comp)
 {
-    return tag_send(ep, iov, n, true, iov_bytes(iov, n), tag, comp);
+    return tag_send(ep, iov, n, true, zcopy_ucx_iov_bytes(iov, n), tag,
+                    comp);
 }
 
 zcopy_status_t zcopy_ucx_tag_recvv(const zcopy_ucx_iov_t *iov, size_t n,
                                    uint64_t tag, zcopy_ucx_comp_t *comp)
 {
-    return tag_recv((void *)iov, n, true, iov_bytes(iov, n), tag, comp);
+    return tag_recv((void *)iov, n, true, zcopy_ucx_iov_bytes(iov, n), tag,
+                    comp);
 }
 
 /* One poll; whether @comp is complete. */

@@ -1710,15 +1710,15 @@ static void world_servers(int *server)
     MPI_Comm_free(&host);
 }
 
-/* Whether some server holds several ranks of WORLD. */
+/* Whether some server holds several ranks of WORLD (world_server, so in
+ * span jobs). */
 static bool a_server_holds_several(void)
 {
-    int server[MAX_RANKS], n;
+    int n;
 
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    world_servers(server);
     for (int r = 0; r < n; r++)
-        if (server[r] != r)
+        if (world_server[r] != r)
             return true;
     return false;
 }

@@ -447,15 +447,6 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
     return n;
 }
 
-static size_t plane_iov_bytes(const zcopy_ucx_iov_t *iov, size_t n)
-{
-    size_t bytes = 0;
-
-    for (size_t i = 0; i < n; i++)
-        bytes += iov[i].len;
-    return bytes;
-}
-
 /* Leader: the pieces reserved for its message to (@out) or from group @h;
  * NULL where blocks are not split. */
 static zcopy_ucx_iov_t *plane_pieces(const zcopy_span_t *sp, int h, bool out)
@@ -504,7 +495,7 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
-        len = n > 0 ? plane_iov_bytes(iov, n) : whole;
+        len = n > 0 ? zcopy_ucx_iov_bytes(iov, n) : whole;
         sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
                                             iov, n,
                                             plane_tag(sp, h, me, round), &comp)
@@ -542,7 +533,7 @@ static bool plane_step(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
 {
     const int me = sp->group[sp->rank];
     zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
-    const size_t bytes = plane_iov_bytes(out, nout);
+    const size_t bytes = zcopy_ucx_iov_bytes(out, nout);
     bool ok, sent;
 
     ok = zcopy_ucx_tag_recvv(in, nin, plane_tag(sp, me, from, round),
