@@ -26,11 +26,16 @@ foreach(np 4 3)
                      MCA coll_zcopy_virtual_servers=2 LABELS span)
 endforeach()
 # The same without the latency path between servers: every size through
-# the UCX transfers and syncs (coll_zcopy_span_inline_max 0).
-zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.np4
-                   TARGET test_collectives NP 4 ARGS activated span
-                   MCA coll_zcopy_virtual_servers=2
-                       coll_zcopy_span_inline_max=0 LABELS span)
+# the UCX transfers and syncs (coll_zcopy_span_inline_max 0), with both
+# fetch engines: UCX gets (what auto picks here, over UCX's cma lane) and
+# reads served by the peer's tagged sends (what auto picks over tcp).
+foreach(fetch get send)
+  zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.${fetch}.np4
+                     TARGET test_collectives NP 4 ARGS activated span
+                     MCA coll_zcopy_virtual_servers=2
+                         coll_zcopy_span_inline_max=0
+                         coll_zcopy_ucx_fetch=${fetch} LABELS span)
+endforeach()
 # Scale by simulation: 16 ranks on 8 virtual servers of 2 (oversubscribed
 # on 2 cores, so correctness only; about 110 s here).
 zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16
