@@ -1698,9 +1698,6 @@ static int env_int(const char *name, int dflt)
     return v && *v ? atoi(v) : dflt;
 }
 
-/* The server of each rank of WORLD, as zcopy sees servers (a host, cut
- * into coll_zcopy_virtual_servers blocks of local ranks), named by its
- * first rank, into @server[n]. */
 /* Whether UCX's cma lane links the servers of this job: its ranks share
  * one host (virtual servers, the ucx transport), UCX_TLS leaves cma in
  * (the emulated cluster takes it out), and process_vm_readv works here
@@ -1733,6 +1730,9 @@ static bool gets_native_here(void)
            strstr(tls, "all");
 }
 
+/* The server of each rank of WORLD, as zcopy sees servers (a host, cut
+ * into coll_zcopy_virtual_servers blocks of local ranks), named by its
+ * first rank, into @server[n]. */
 static void world_servers(int *server)
 {
     const int vs = env_int("OMPI_MCA_coll_zcopy_virtual_servers", 1);

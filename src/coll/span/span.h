@@ -55,8 +55,10 @@ static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
  * again, such payloads cost more than one get each from 128 KiB on. On 2
  * virtual servers of 2 ranks (cma gets) transfers ran 1.15-1.8x faster
  * than the arrival at 256 KiB (allreduce 1.8x: inline, every rank reduces
- * every payload), level at 64 KiB; a root's lone payload (bcast, scatter)
- * stayed faster inline and keeps coll_zcopy_span_inline_max. */
+ * every payload) and 1.25x at 128 KiB, while at 64 KiB the arrival was
+ * still faster (allreduce 1.4x); a root's lone payload (bcast, scatter)
+ * stayed faster inline and keeps coll_zcopy_span_inline_max. rc and dc
+ * get the same limit by the same reasoning, unmeasured (no RDMA here). */
 #define ZCOPY_SPAN_INLINE_NATIVE_MAX ((size_t)64 << 10)
 
 /* Which ranks of a collective send a payload with their arrival, and how
