@@ -35,41 +35,31 @@ static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key
            memcmp(ep->address, address, address_len) == 0;
 }
 
-/* Whether UCX reaches the peer with a transport whose get needs no help
- * from the peer's worker, as the endpoint's configuration prints it (UCX
- * 1.13 has no query for an endpoint's transports): rc or dc, where the
- * network does it, or cma on one host, where the kernel copies between the
- * two processes (virtual servers). UCX 1.13 puts cma's lane under large
- * gets of registered memory: one copy, where the tagged send of a served
- * read makes two through the shared-memory FIFO: collectives of 512 KiB
- * to 8 MiB ran 1.2-4.6x faster on virtual servers (src/ucx/README.md).
- * UCX offers cma only where it works: it tries process_vm_writev on
- * itself and reads Yama's ptrace_scope (no cma lane under a seccomp filter
- * that refuses the call, as in tests/confined yama mode). *@how says
- * which, for the verbose output. */
-static bool ep_rma_native(ucp_ep_h handle, const char **how)
+/* Whether one of the endpoint's lanes is an InfiniBand or RoCE transport
+ * (rc, dc), whose get the network does without the peer's worker. UCX
+ * 1.13 has no query for an endpoint's transports, so this reads the lane
+ * lines of its printed configuration ("lane[0]: 3:rc_mlx5/mlx5_0:1 ...").
+ * Nothing else counts, not even a cma lane between processes of one host:
+ * in 1.13 cma carries no get of registered memory (gets go to the rma
+ * lanes, sysv and posix there, which emulate them), and a get over it
+ * waited for the target's progress (src/ucx/README.md, "Fetch engines"). */
+static bool ep_rma_native(ucp_ep_h handle)
 {
-    char *text = NULL;
+    char *text = NULL, *line, *save = NULL;
     size_t len = 0;
-    bool network, cma;
+    bool network = false;
     FILE *f = open_memstream(&text, &len);
 
-    *how = "emulated by the peer";
     if (f == NULL)
         return false;
     ucp_ep_print_info(handle, f);
     fclose(f);
-    network = text != NULL && (strstr(text, "rc_") || strstr(text, "dc_"));
-    cma = text != NULL && strstr(text, "cma/") != NULL;
+    for (line = text ? strtok_r(text, "\n", &save) : NULL;
+         line != NULL && !network; line = strtok_r(NULL, "\n", &save))
+        network = strstr(line, "lane[") != NULL &&
+                  (strstr(line, ":rc_") != NULL || strstr(line, ":dc_") != NULL);
     free(text);
-    if (network) {
-        *how = "done by the network (rc, dc)";
-        return true;
-    }
-    if (!cma)
-        return false;
-    *how = "done by the kernel (cma)";
-    return true;
+    return network;
 }
 
 static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
@@ -83,16 +73,16 @@ static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
         .err_mode   = UCP_ERR_HANDLING_MODE_NONE,
     };
     ucs_status_t us = ucp_ep_create(zcopy_ucx.worker, &params, &ep->handle);
-    const char *how;
-
     if (us != UCS_OK) {
         ep->handle = NULL;
         return zcopy_ucx_error(us, "ucx: endpoint to pid %llu",
                                (unsigned long long)ep->key.pid);
     }
-    ep->rma_native = ep_rma_native(ep->handle, &how);
+    ep->rma_native = ep_rma_native(ep->handle);
     zcopy_log(ZCOPY_LOG_DEBUG, "ucx", "endpoint to pid %llu: its get is %s",
-              (unsigned long long)ep->key.pid, how);
+              (unsigned long long)ep->key.pid,
+              ep->rma_native ? "done by the network (rc, dc)"
+                             : "emulated by the peer");
     return ZCOPY_SUCCESS;
 }
 

@@ -130,9 +130,9 @@ zcopy_status_t zcopy_ucx_ep_get(const zcopy_ucx_peer_key_t *key,
                                 const void *address, size_t address_len,
                                 zcopy_ucx_ep_t **ep_p);
 
-/* Whether a get to this peer needs no help from its worker: done by the
- * network hardware (rc, dc) or by the kernel (cma, on one host), not
- * emulated by the peer's worker (tcp, sysv and posix in UCX 1.13). */
+/* Whether a get to this peer is done by the network hardware (rc, dc),
+ * not emulated by the peer's worker (tcp, and shared memory with or
+ * without a cma lane, in UCX 1.13). */
 bool zcopy_ucx_ep_rma_native(zcopy_ucx_ep_t *ep);
 
 /* Connects now, where a failure must be known before the first transfer

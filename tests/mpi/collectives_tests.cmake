@@ -27,8 +27,8 @@ foreach(np 4 3)
 endforeach()
 # The same without the latency path between servers: every size through
 # the UCX transfers and syncs (coll_zcopy_span_inline_max 0), with both
-# fetch engines: UCX gets (what auto picks here, over UCX's cma lane) and
-# reads served by the peer's tagged sends (what auto picks over tcp).
+# fetch engines: UCX gets (what auto picks over rc and dc) and reads
+# served by the peer's tagged sends (what auto picks here and over tcp).
 foreach(fetch get send)
   zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.${fetch}.np4
                      TARGET test_collectives NP 4 ARGS activated span

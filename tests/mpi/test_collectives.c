@@ -60,7 +60,6 @@
  * Sub-communicators (halves, odd/even in reverse order, a dup) run a
  * smaller set on the same memory, activated on WORLD only.
  */
-#define _GNU_SOURCE /* process_vm_readv */
 #include "testutil.h"
 
 #include <inttypes.h>
@@ -68,8 +67,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #define MAX_RANKS 64
 #define GUARD 64               /* poison bytes on either side of a buffer */
@@ -1263,9 +1260,6 @@ static bool expect_zcopy(const coll_case_t *c)
 static unsigned long inline_max, inline_max_yield, span_inline_max;
 /* zcopy's server of each rank of WORLD (world_servers()), in span jobs. */
 static int world_server[MAX_RANKS];
-/* Whether zcopy's gets between servers need no help from their target
- * (gets_native_here()), in span jobs. */
-static bool gets_native;
 static int yield;
 /* What an inline record holds (larger settings act as this) while waits
  * spin and where they yield, and what the arrivals of a communicator that
@@ -1273,13 +1267,11 @@ static int yield;
 #define INLINE_CAPACITY 1072
 #define INLINE_YIELD_CAPACITY (256 * 1024)
 #define SPAN_PAYLOAD_MAX ((size_t)1 << 20)
-#define SPAN_INLINE_NATIVE_MAX ((size_t)64 << 10)
 
 /* Whether a payload of @bytes per rank rides with the arrivals between
  * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
  * rank reads one block of n, reduce_scatter_block, scatter, alltoall,
- * unless leaders send each server only its ranks' blocks; 64 KiB for
- * payloads every rank sends where gets are native), and what every
+ * unless leaders send each server only its ranks' blocks), and what every
  * sender's payload needs fits the plane's area (n payloads, or the root's
  * alone). */
 static bool span_carries(const coll_case_t *c, size_t bytes,
@@ -1292,15 +1284,12 @@ static bool span_carries(const coll_case_t *c, size_t bytes,
     const bool blocks = strcmp(name, "reduce_scatter_block") == 0 ||
                         strcmp(name, "scatter") == 0 ||
                         strcmp(name, "alltoall") == 0;
-    size_t limit = blocks && !blocks_split ? span_inline_max / 4
-                                           : span_inline_max;
+    const size_t limit = blocks && !blocks_split ? span_inline_max / 4
+                                                 : span_inline_max;
     size_t area = span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
                       : (span_inline_max * n + 63) / 64 * 64;
 
-    /* Payloads every rank sends, where a get costs one copy: 64 KiB. */
-    if (gets_native && !root_only && limit > SPAN_INLINE_NATIVE_MAX)
-        limit = SPAN_INLINE_NATIVE_MAX;
     /* Each sender's payload takes whole cache lines. */
     return bytes <= limit &&
            (bytes + 63) / 64 * 64 <= area / (root_only ? 1 : n);
@@ -1698,38 +1687,6 @@ static int env_int(const char *name, int dflt)
     return v && *v ? atoi(v) : dflt;
 }
 
-/* Whether UCX's cma lane links the servers of this job: its ranks share
- * one host (virtual servers, the ucx transport), UCX_TLS leaves cma in
- * (the emulated cluster takes it out), and process_vm_readv works here
- * (Yama's ptrace_scope 0, no seccomp filter refusing it, as UCX checks
- * too). zcopy's gets are then done by the kernel, and payloads that every
- * rank sends ride an arrival up to 64 KiB only. No collective: every rank
- * sees the same environment, and a collective here, before any memory
- * range is set, would start the idle skips of span.c on WORLD. */
-static bool gets_native_here(void)
-{
-    const char *tls = getenv("UCX_TLS");
-    char probe = 1, got = 0;
-    struct iovec local = { &got, 1 }, remote = { &probe, 1 };
-    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-    int scope = 0, size;
-
-    if (f != NULL) {
-        if (fscanf(f, "%d", &scope) != 1)
-            scope = 1;
-        fclose(f);
-    }
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1) != size || scope != 0 ||
-        process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != 1 ||
-        got != probe)
-        return false;
-    if (tls != NULL && tls[0] == '^')
-        return strstr(tls, "cma") == NULL;
-    return tls == NULL || strstr(tls, "cma") || strstr(tls, "sm") ||
-           strstr(tls, "all");
-}
-
 /* The server of each rank of WORLD, as zcopy sees servers (a host, cut
  * into coll_zcopy_virtual_servers blocks of local ranks), named by its
  * first rank, into @server[n]. */
@@ -1889,10 +1846,8 @@ int main(int argc, char **argv)
     mode = !strcmp(argv[1], "activated") || alloc_mem ? MODE_ACTIVATED
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
-    if (span) {
+    if (span)
         world_servers(world_server);
-        gets_native = gets_native_here();
-    }
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);

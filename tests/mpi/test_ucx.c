@@ -474,6 +474,53 @@ static void transfer_read(void)
     free(got);
 }
 
+/* What zcopy_ucx_ep_rma_native promises (coll_zcopy_ucx_fetch=auto reads
+ * by get only there): a get that needs nothing of its target's worker.
+ * Rank 0 gets 1 MiB from rank 1 while rank 1 sits in a stock MPI_Bcast,
+ * which never runs this layer's worker (rank 1 says when it has left its
+ * last progress call), and waits for the get for at most
+ * 1 s before it tells rank 1 to go on. Where the endpoint says native the
+ * get must have finished by then; emulated gets (every transport here)
+ * are only reported. The bcast frees rank 1 either way, and its progress
+ * then finishes an emulated get. */
+static void native_gets_alone(void)
+{
+    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    char *got = malloc(MIB);
+    int alone = 0;
+    bool native;
+    double deadline;
+
+    zt_require(got != NULL, "malloc");
+    progressing_barrier();
+    /* Rank 1 has left its last progress call when rank 0 hears from it. */
+    if (rank == 1)
+        MPI_Send(&alone, 1, MPI_INT, 0, 0, comm);
+    if (rank == 0) {
+        MPI_Recv(&alone, 1, MPI_INT, 1, 0, comm, MPI_STATUS_IGNORE);
+        native = zcopy_ucx_ep_rma_native(peers[1].ep);
+        ZT_CHECK(zcopy_ucx_get(peers[1].ep, got, NULL, peers[1].desc.va,
+                               peers[1].rk, MIB, &comp) == ZCOPY_SUCCESS,
+                 "1 MiB get: %s", zcopy_mem_last_error());
+        deadline = now() + 1.0;
+        while (!alone && now() < deadline)
+            alone = zcopy_ucx_test(&comp);
+        ZT_CHECK(alone || !native, "a get the endpoint calls native "
+                 "finished while its target did not progress");
+        printf("1 MiB get while rank 1 does not progress: %s; the endpoint "
+               "says %s\n", alone ? "finished" : "waited for rank 1",
+               native ? "native" : "emulated");
+    }
+    MPI_Bcast(&alone, 1, MPI_INT, 0, comm);
+    progressing_barrier();
+    if (rank == 0) {
+        ZT_CHECK(zcopy_ucx_wait(&comp) == ZCOPY_SUCCESS &&
+                     holds(got, MIB, 1, peers[1].desc.generation, 0, 0),
+                 "1 MiB got from rank 1: %s", zcopy_mem_last_error());
+    }
+    free(got);
+}
+
 /* A tagged send of 1 MiB completes before its receive is posted, while
  * the receiver only progresses: zcopy's context sends eager at every size
  * (context.c), where UCX's default rendezvous would wait for the receive.
@@ -640,6 +687,7 @@ int main(int argc, char **argv)
     transfer_small();
     transfer_big();
     transfer_read();
+    native_gets_alone();
     eager_sends();
     refusals();
     progressing_barrier();

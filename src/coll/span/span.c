@@ -179,41 +179,6 @@ static zcopy_status_t span_agree(zcopy_comm_t *zc, zcopy_status_t st,
     return ZCOPY_SUCCESS;
 }
 
-/* Whether this rank leads a server and reads the next server's leader by
- * a get its worker must serve (tcp, shared memory in UCX 1.13). One
- * endpoint stands for the links between servers: a leader connected to it
- * at set-up whatever the rounds (zcopy_span_plane_connect). */
-static bool span_gets_emulated(zcopy_span_t *sp)
-{
-    const int next = (sp->group[sp->rank] + 1) % sp->ngroups;
-
-    return sp->rank == sp->leader && sp->ngroups > 1 &&
-           !zcopy_ucx_ep_rma_native(sp->eps[zcopy_span_member(sp, next, 0)]);
-}
-
-/* The last agreement of set-up: that every rank connected (@st), and
- * whether every leader's gets are native (sp->gets_native, the same on
- * every rank). */
-static zcopy_status_t span_agree_connected(zcopy_comm_t *zc, zcopy_span_t *sp,
-                                           zcopy_status_t st, char *reason,
-                                           size_t reason_len)
-{
-    const bool emulated = st == ZCOPY_SUCCESS && span_gets_emulated(sp);
-    zcopy_comm_vote_t vote;
-
-    if (zcopy_comm_vote(zc, st, emulated, &vote) != MPI_SUCCESS) {
-        snprintf(reason, reason_len, "setup agreement failed");
-        return ZCOPY_ERR_INTERNAL;
-    }
-    if (vote.rank >= 0) {
-        snprintf(reason, reason_len, "connecting to peers failed on rank %d",
-                 vote.rank);
-        return vote.value;
-    }
-    sp->gets_native = !vote.any;
-    return ZCOPY_SUCCESS;
-}
-
 zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
                                  char *reason, size_t reason_len)
 {
@@ -286,15 +251,13 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     if (st != ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s", zc->rank,
                   zcopy_error_detail());
-    st = span_agree_connected(zc, sp, st, reason, reason_len);
+    st = span_agree(zc, st, "connecting to peers", reason, reason_len);
     if (st == ZCOPY_SUCCESS)
         zcopy_log(ZCOPY_LOG_INFO, "coll", "rank %d of %d: %d groups (%s), "
-                  "this rank's has %d; gets between them %s", zc->rank,
-                  zc->size, sp->ngroups,
+                  "this rank's has %d", zc->rank, zc->size, sp->ngroups,
                   zcopy_config.transport == ZCOPY_TRANSPORT_UCX
                       ? "one rank each, transport ucx" : "one per server",
-                  zcopy_span_group_size(sp, sp->group[zc->rank]),
-                  sp->gets_native ? "native" : "emulated");
+                  zcopy_span_group_size(sp, sp->group[zc->rank]));
 out:
     free(own);
     free(addresses);
@@ -630,19 +593,14 @@ void zcopy_span_wake(zcopy_comm_t *zc)
  * read, so such calls get a quarter of coll_zcopy_span_inline_max: on the
  * emulated cluster they ran up to 1.4x slower inline than through
  * transfers at 128-256 KiB, while the others ran 1.2-2x faster inline up
- * to 256 KiB (docs/parameters.md). Where gets are native, payloads that
- * every rank sends ride only up to ZCOPY_SPAN_INLINE_NATIVE_MAX (span.h). */
+ * to 256 KiB (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {
-    size_t limit = zcopy_config.span_inline_max;
-    const bool root_only = a->type == ZCOPY_COLL_BCAST ||
-                           a->type == ZCOPY_COLL_SCATTER;
+    const size_t limit = zcopy_config.span_inline_max;
 
     if (zcopy_coll_payload_is_blocks(a->type) && !sp->blocks_split)
-        limit /= 4;
-    if (sp->gets_native && !root_only && limit > ZCOPY_SPAN_INLINE_NATIVE_MAX)
-        limit = ZCOPY_SPAN_INLINE_NATIVE_MAX;
+        return limit / 4;
     return limit;
 }
 

@@ -49,18 +49,6 @@ static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
  * per arrival at most, whatever coll_zcopy_span_inline_max says. */
 #define ZCOPY_SPAN_PAYLOAD_MAX ((size_t)1 << 20)
 
-/* Bytes of payload per rank that ride an arrival at most where gets need
- * no help from their target (sp->gets_native), when every rank sends one:
- * copied into the segment, twice through UCX's shared-memory FIFO and out
- * again, such payloads cost more than one get each from 128 KiB on. On 2
- * virtual servers of 2 ranks (cma gets) transfers ran 1.15-1.8x faster
- * than the arrival at 256 KiB (allreduce 1.8x: inline, every rank reduces
- * every payload) and 1.25x at 128 KiB, while at 64 KiB the arrival was
- * still faster (allreduce 1.4x); a root's lone payload (bcast, scatter)
- * stayed faster inline and keeps coll_zcopy_span_inline_max. rc and dc
- * get the same limit by the same reasoning, unmeasured (no RDMA here). */
-#define ZCOPY_SPAN_INLINE_NATIVE_MAX ((size_t)64 << 10)
-
 /* Which ranks of a collective send a payload with their arrival, and how
  * much each: all of them, or only the root (bcast, scatter). */
 typedef struct {
@@ -110,10 +98,6 @@ typedef struct zcopy_span {
                                      steps, nor past 256 pieces per
                                      message (plane.c); the same on every
                                      rank */
-    bool gets_native;             /* every leader's gets from the next
-                                     server's leader need no help from it
-                                     (rc, dc, cma: zcopy_ucx_ep_rma_native);
-                                     agreed at set-up */
     zcopy_ucx_iov_t *pieces;      /* leader, where split: the pieces of its
                                      messages from, then to, each group */
     size_t *piece_at;             /* where each group's start in pieces */
