@@ -53,6 +53,15 @@ zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane
 # Scale by simulation: 16 servers of 2 (a few seconds here).
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers16.np32 TARGET test_span_plane
                    NP 32 MCA coll_zcopy_virtual_servers=16 LABELS span scale)
+# What an allreduce of 8 KiB brings in through UCX per rank, at 8 servers
+# of 2 and 2 of 2: about twice the vector, not a vector per other rank.
+foreach(v 2 8)
+  math(EXPR np "${v} * 2")
+  zcopy_add_mpi_test(NAME mpi.span_plane.landing.vservers${v}.np${np}
+                     TARGET test_span_plane NP ${np} ARGS landing
+                     MCA coll_zcopy_virtual_servers=${v}
+                         coll_zcopy_span_inline_max=0 LABELS span scale)
+endforeach()
 zcopy_add_mpi_test(NAME mpi.span_plane.ucx.np3 TARGET test_span_plane
                    NP 3 MCA coll_zcopy_transport=ucx LABELS span)
 # Syncs by dissemination among the leaders (ceil(log2 S) messages each, not

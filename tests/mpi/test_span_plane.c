@@ -527,6 +527,54 @@ static void check_keys_once(const layout_t *l, int rank, size_t arrival)
     zt_arena_fini(&big);
 }
 
+/* Run with coll_zcopy_span_inline_max 0, so that every call moves its
+ * data by UCX transfers: what an allreduce of a vector of LANDING_BYTES
+ * brings in through UCX per rank does not grow with the number of servers
+ * (the hierarchical reduction: partials of the rank's own slice, then the
+ * other slices, about twice the vector). Each rank fetching every other
+ * rank's vector would bring in (ranks - ranks of its server) vectors. */
+#define LANDING_BYTES 8192
+
+static void check_allreduce_landing(const layout_t *l, int rank)
+{
+    const size_t count = LANDING_BYTES / sizeof(int32_t);
+    const long long expect = (long long)l->nranks * (l->nranks - 1) / 2;
+    MPIX_Zcopy_stats s0, s1;
+    unsigned long long per_call;
+    size_t used = 0, wrong = 0;
+    zt_arena_t arena;
+    int32_t *in, *out;
+
+    zt_arena_init(&arena, MPI_COMM_WORLD, 1 << 16);
+    in = zt_arena_alloc(&arena, &used, LANDING_BYTES);
+    out = zt_arena_alloc(&arena, &used, LANDING_BYTES);
+    for (size_t i = 0; i < count; i++)
+        in[i] = rank + (int32_t)i;
+    MPI_Allreduce(in, out, (int)count, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD);
+    s0 = zt_stats(MPI_COMM_WORLD);
+    for (int c = 0; c < CALLS; c++)
+        MPI_Allreduce(in, out, (int)count, MPI_INT32_T, MPI_SUM,
+                      MPI_COMM_WORLD);
+    s1 = zt_stats(MPI_COMM_WORLD);
+    for (size_t i = 0; i < count; i++)
+        wrong += out[i] != expect + (long long)l->nranks * (long long)i;
+    per_call = (s1.ucx_bytes - s0.ucx_bytes) / CALLS;
+    ZT_CHECK(wrong == 0, "allreduce of %d bytes: %zu elements wrong",
+             LANDING_BYTES, wrong);
+    ZT_CHECK(s1.zcopy_calls - s0.zcopy_calls == CALLS &&
+                 s1.inline_calls == s0.inline_calls,
+             "allreduce of %d bytes: every call zero-copy, none inline",
+             LANDING_BYTES);
+    ZT_CHECK(per_call <= 3 * LANDING_BYTES, "rank %d brought in %llu bytes "
+             "through UCX per allreduce of %d bytes on %d servers (at most "
+             "%d expected)", rank, per_call, LANDING_BYTES, l->ngroups,
+             3 * LANDING_BYTES);
+    if (rank == 0)
+        printf("allreduce of %d bytes on %d servers: %llu bytes through UCX "
+               "per call on rank 0\n", LANDING_BYTES, l->ngroups, per_call);
+    zt_arena_fini(&arena);
+}
+
 int main(int argc, char **argv)
 {
     int rank, nranks;
@@ -541,6 +589,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_dup(MPI_COMM_WORLD, &peers);
     l = layout_of(nranks);
+    if (argc > 1 && strcmp(argv[1], "landing") == 0) {
+        check_allreduce_landing(&l, rank);
+        MPI_Comm_free(&peers);
+        return zt_finish();
+    }
     /* First, while no range was ever set anywhere. */
     check_idle(&l, rank, argc > 1 && strcmp(argv[1], "wake=elsewhere") == 0);
     check_range_first(&l, rank);

@@ -88,11 +88,19 @@ static void share_in_group(zcopy_span_algo_t *sa, const uint8_t *own,
 
 /* An allreduce small enough that every rank reducing the whole vector
  * beats two more syncs; in place it cannot, as peers still read the
- * outputs (their inputs). The same answer on every rank. */
-static bool allreduce_replicated(const zcopy_coll_args_t *a, size_t elem)
+ * outputs (their inputs). Every rank then fetches every other server's
+ * vectors, so what lands is bounded, not the vector alone: up to
+ * coll_zcopy_small_msg bytes of the other ranks' vectors (a bound on
+ * every rank's landing whatever its server, so the same answer on every
+ * rank), where a 16 KiB vector on 128 servers of 8 used to land 16 MiB per
+ * rank per call. */
+static bool allreduce_replicated(const zcopy_span_t *sp,
+                                 const zcopy_coll_args_t *a, size_t elem)
 {
-    return a->scount * elem <= zcopy_config.small_msg &&
-           a->sbuf != MPI_IN_PLACE;
+    const size_t others = sp->nranks > 1 ? (size_t)(sp->nranks - 1) : 1;
+
+    return a->sbuf != MPI_IN_PLACE &&
+           a->scount * elem <= zcopy_config.small_msg / others;
 }
 
 /* dst[0 .. count) = ins[0] op ins[1] op ... op ins[n - 1], step by step so
@@ -325,7 +333,7 @@ zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 {
     size_t lo, hi;
 
-    if (allreduce_replicated(sa->a, sa->ssize)) {
+    if (allreduce_replicated(sa->sp, sa->a, sa->ssize)) {
         owner_reduce(sa, sa->a->rbuf, 0, 0, sa->a->scount);
         return span_finish(sa);
     }
@@ -401,7 +409,7 @@ void zcopy_span_needs(const zcopy_span_t *sp, const zcopy_coll_args_t *a,
     *landing = *scratch = 0;
     switch (a->type) {
     case ZCOPY_COLL_ALLREDUCE:
-        if (allreduce_replicated(a, elem)) {
+        if (allreduce_replicated(sp, a, elem)) {
             *landing = others * a->scount * elem;
             return;
         }
