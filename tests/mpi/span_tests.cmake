@@ -54,7 +54,8 @@ zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers16.np32 TARGET test_span_plane
                    NP 32 MCA coll_zcopy_virtual_servers=16 LABELS span scale)
 # What an allreduce of 8 KiB brings in through UCX per rank, at 8 servers
-# of 2 and 2 of 2: about twice the vector, not a vector per other rank.
+# of 2 and 2 of 2: less than twice the vector, not a vector per other rank
+# of another server.
 foreach(v 2 8)
   math(EXPR np "${v} * 2")
   zcopy_add_mpi_test(NAME mpi.span_plane.landing.vservers${v}.np${np}

@@ -16,6 +16,8 @@
  *     barrier that keeps progressing (a peer's RMA is emulated by our
  *     worker: blocking in MPI here would hang UCX 1.13), then the data and
  *     the byte counts are checked.
+ *     A get that the layer calls native (rc, dc) finishes while its target
+ *     does not progress; the others are only reported.
  *  4. refusals: out-of-block ranges, a key on the wrong endpoint, a reused
  *     generation with another extent, overlapping and unsupported
  *     registrations.

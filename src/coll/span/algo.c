@@ -97,10 +97,10 @@ static void share_in_group(zcopy_span_algo_t *sa, const uint8_t *own,
 static bool allreduce_replicated(const zcopy_span_t *sp,
                                  const zcopy_coll_args_t *a, size_t elem)
 {
-    const size_t others = sp->nranks > 1 ? (size_t)(sp->nranks - 1) : 1;
+    const size_t vectors = sp->nranks > 1 ? (size_t)(sp->nranks - 1) : 1;
 
     return a->sbuf != MPI_IN_PLACE &&
-           a->scount * elem <= zcopy_config.small_msg / others;
+           a->scount * elem <= zcopy_config.small_msg / vectors;
 }
 
 /* dst[0 .. count) = ins[0] op ins[1] op ... op ins[n - 1], step by step so
@@ -327,8 +327,9 @@ static void fetch_other_slices(zcopy_span_algo_t *sa)
  * into each group, and as much again for the results: what a ring would
  * move, at any number of groups, with memory per rank of about one slice
  * per other group. Every slice is reduced once, so every rank gets bitwise
- * the same result. Small and out of place: every rank reduces the whole
- * vector, sources in rank order, with one sync. */
+ * the same result. Out of place and small enough (allreduce_replicated):
+ * every rank reduces the whole vector, sources in rank order, with one
+ * sync. */
 zcopy_status_t zcopy_span_allreduce(zcopy_span_algo_t *sa)
 {
     size_t lo, hi;
