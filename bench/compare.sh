@@ -48,7 +48,7 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
 Modes: zcopy (the component on the search path) and each peer (--mca coll
 ^zcopy, and the peer's priority raised to 100 but for tuned, Open MPI's
 default); all on the same kind of buffers (by default one activated arena).
-Writes per-run CSVs and logs, rows.tsv, summary.md, summary.csv and
+Writes per-run CSVs and logs, rows.tsv, handoff.tsv, summary.md, summary.csv and
 busbw-<collective>.png into the output directory.
 EOF
 }
@@ -114,6 +114,10 @@ fi
 bench=${bench:-$build/bench/zcopy_bench}
 [[ -x $bench ]] || die "no $bench: build first (cmake --build $build)"
 components=$build/components
+# The cache-line handoff between two CPUs, before every run (zcopy_handoff.c:
+# on a VM it changes while a benchmark runs, and small collectives with it).
+handoff=${bench%/*}/zcopy_handoff
+[[ -x $handoff ]] || handoff=$build/bench/zcopy_handoff
 [[ -d $components ]] || echo "compare.sh: no $components; zcopy mode uses" \
     "the installed component" >&2
 out=${out:-$build/bench-results/$(date +%Y%m%d-%H%M%S)}
@@ -196,6 +200,10 @@ for np in "${np_list[@]}"; do
             printf '[%d/%d] np %d %-5s rep %d/%d (%ds elapsed)\n' \
                 "$done_runs" "$total" "$np" "$mode" "$rep" "$reps" \
                 $((SECONDS - started)) >&2
+            if [[ -x $handoff ]]; then
+                printf '%s\t%s\t%s\t%s\n' "$np" "$mode" "$rep" \
+                    "$("$handoff" 2>/dev/null || echo -)" >>"$out/handoff.tsv"
+            fi
             run_one "$np" "$mode" "$rep"
         done
     done
@@ -390,6 +398,31 @@ memcpy_table() {
     }' "$out/medians.tsv"
 }
 
+# A line on the cache-line handoffs seen before the runs: their range, and
+# the runs that saw more than twice the fastest (a machine whose state
+# changed during the comparison).
+handoff_summary() {
+    [[ -s $out/handoff.tsv ]] || return 0
+    awk -F'\t' '
+        $4 ~ /^[0-9]+$/ { n++; v[n] = $4 + 0; run[n] = "np" $1 "-" $2 "-rep" $3
+                          if (n == 1 || $4 + 0 < lo) lo = $4 + 0
+                          if ($4 + 0 > hi) hi = $4 + 0 }
+        END {
+            if (n == 0) exit
+            slow = ""; k = 0
+            for (i = 1; i <= n; i++)
+                if (v[i] > 2 * lo) { k++; slow = slow (k > 1 ? ", " : "") run[i] }
+            printf "Cache-line handoff between two CPUs before each run " \
+                   "(bench/zcopy_handoff, handoff.tsv): %d-%d ns", lo, hi
+            if (k > 0)
+                printf "; %d of %d runs saw more than twice the fastest " \
+                       "(%s): the machine changed during the comparison " \
+                       "(the probe takes 0.1 s before its run; the state " \
+                       "can change within a run too)", k, n, slow
+            printf ".\n\n"
+        }' "$out/handoff.tsv"
+}
+
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
 where="np $nps"
 [[ -n $cluster ]] && where="an emulated cluster of $cluster (servers x ranks or ranks per server, tests/cluster/: tcp between servers on one machine), np $nps"
@@ -410,6 +443,7 @@ where="np $nps"
     echo
     table 1
     echo
+    handoff_summary
     echo "Aggregate memcpy bandwidth, every rank copying at once:"
     echo
     echo "| np | bytes per rank | median us | aggregate GB/s |"

@@ -26,6 +26,12 @@ for coll in barrier allreduce; do
         exit 1
     fi
 done
+# The handoff probe before each run: one row per run (zcopy, tuned).
+if [[ $(grep -Ec '^2	(zcopy|tuned)	1	([0-9]+|-)$' "$out/cmp/handoff.tsv") != 2 ]]; then
+    cat "$out/cmp/handoff.tsv"
+    echo "test_compare: FAIL: handoff.tsv has not one row per run" >&2
+    exit 1
+fi
 if [[ $(grep -Ec '^\| 2 \| [a-z]' "$out/cmp/summary.md") != 2 ]]; then
     cat "$out/cmp/summary.md"
     echo "test_compare: FAIL: the summary has rows of collectives not run" >&2
