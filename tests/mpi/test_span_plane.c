@@ -330,6 +330,19 @@ static void run_fallback(MPI_Comm comm)
     MPI_Allreduce(plain_in, plain_out, 2, MPI_INT32_T, MPI_SUM, comm);
 }
 
+/* An alltoallv on plain memory falls back after the arrival like any
+ * call: the displacements zero-copy would exchange are not (they went
+ * through the previous component before the arrival, a message to every
+ * other rank, until 2026-12-03). */
+static int32_t *plain_a2a_in, *plain_a2a_out;
+static int *a2av_counts, *a2av_displs;
+
+static void run_fallback_alltoallv(MPI_Comm comm)
+{
+    MPI_Alltoallv(plain_a2a_in, a2av_counts, a2av_displs, MPI_INT32_T,
+                  plain_a2a_out, a2av_counts, a2av_displs, MPI_INT32_T, comm);
+}
+
 /* A job that has activated nothing pays the spanning agreement round only
  * now and then (SPEC section 4: no measurable cost): over IDLE_CALLS
  * fallbacks, rounds at calls 0, 2, 5, 10, ... then every 64, so at most
@@ -643,6 +656,27 @@ int main(int argc, char **argv)
      * too: every rank decides from the arguments alone that they do). */
     measure(MPI_COMM_WORLD, peers, run_fallback, all);
     check(&l, all, "fallback");
+    plain_a2a_in = malloc((size_t)nranks * sizeof(int32_t));
+    plain_a2a_out = malloc((size_t)nranks * sizeof(int32_t));
+    a2av_counts = malloc((size_t)nranks * sizeof(int));
+    a2av_displs = malloc((size_t)nranks * sizeof(int));
+    zt_require(plain_a2a_in && plain_a2a_out && a2av_counts && a2av_displs,
+               "malloc");
+    for (int j = 0; j < nranks; j++) {
+        plain_a2a_in[j] = rank * 1000 + j;
+        a2av_counts[j] = 1;
+        a2av_displs[j] = j;
+    }
+    measure(MPI_COMM_WORLD, peers, run_fallback_alltoallv, all);
+    check(&l, all, "fallback alltoallv");
+    for (int j = 0; j < nranks; j++)
+        ZT_CHECK(plain_a2a_out[j] == j * 1000 + rank, "fallback alltoallv: "
+                 "%d from rank %d, expected %d", plain_a2a_out[j], j,
+                 j * 1000 + rank);
+    free(plain_a2a_in);
+    free(plain_a2a_out);
+    free(a2av_counts);
+    free(a2av_displs);
     ZT_CHECK(plain_out[0] == nranks * (nranks - 1) / 2,
              "fallback allreduce: %d, expected %d", plain_out[0],
              nranks * (nranks - 1) / 2);

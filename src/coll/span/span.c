@@ -558,7 +558,11 @@ static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
 }
 
 /* alltoallv: each rank learns where its block starts in every peer's send
- * buffer (only the owner's sdispls say so). */
+ * buffer (only the owner's sdispls say so), once all have agreed to run
+ * zero-copy. Through the previous component's alltoall: a message per
+ * other rank, the one per-call exchange that grows with the ranks (data of
+ * an alltoallv does too); a rank that waits there still serves its peers'
+ * reads through Open MPI's progress loop. */
 static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_coll_args_t *a, size_t ssize)
 {
@@ -669,10 +673,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         mine.args.flags |= ZCOPY_SPAN_ARGS_IDLE;
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
-    if (a->type == ZCOPY_COLL_ALLTOALLV &&
-        span_exchange_sdispls(zc, sp, a, plan.ssize) != MPI_SUCCESS)
-        return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
-                           "displacements failed");
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
@@ -697,6 +697,12 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         zc->stats.inline_calls++;
         return ZCOPY_SUCCESS;
     }
+    /* Every rank is eligible, so every rank exchanges; a call that falls
+     * back never pays for it. */
+    if (a->type == ZCOPY_COLL_ALLTOALLV &&
+        span_exchange_sdispls(zc, sp, a, plan.ssize) != MPI_SUCCESS)
+        return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
+                           "displacements failed");
     zc->stats.zcopy_calls++;
     if (a->type == ZCOPY_COLL_BARRIER)
         return ZCOPY_SUCCESS; /* the arrival exchange was the barrier */
