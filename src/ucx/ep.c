@@ -42,7 +42,7 @@ static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key
  * Nothing else counts, not even a cma lane between processes of one host:
  * in 1.13 cma carries no get of registered memory (gets go to the rma
  * lanes, sysv and posix there, which emulate them), and a get over it
- * waited for the target's progress (src/ucx/README.md, "Fetch engines"). */
+ * waited for the target's progress (src/ucx/README.md, "cma on one host"). */
 static bool ep_rma_native(ucp_ep_h handle)
 {
     char *text = NULL, *line, *save = NULL;
@@ -73,6 +73,7 @@ static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)
         .err_mode   = UCP_ERR_HANDLING_MODE_NONE,
     };
     ucs_status_t us = ucp_ep_create(zcopy_ucx.worker, &params, &ep->handle);
+
     if (us != UCS_OK) {
         ep->handle = NULL;
         return zcopy_ucx_error(us, "ucx: endpoint to pid %llu",

@@ -480,16 +480,16 @@ static void transfer_read(void)
  * by get only there): a get that needs nothing of its target's worker.
  * Rank 0 gets 1 MiB from rank 1 while rank 1 sits in a stock MPI_Bcast,
  * which never runs this layer's worker (rank 1 says when it has left its
- * last progress call), and waits for the get for at most
- * 1 s before it tells rank 1 to go on. Where the endpoint says native the
- * get must have finished by then; emulated gets (every transport here)
- * are only reported. The bcast frees rank 1 either way, and its progress
- * then finishes an emulated get. */
+ * last progress call), and waits for the get for at most 1 s before it
+ * tells rank 1 to go on. Where the endpoint says native the get must have
+ * finished by then; emulated gets (every transport here) are only
+ * reported. The bcast frees rank 1 either way, and its progress then
+ * finishes an emulated get. */
 static void native_gets_alone(void)
 {
     zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
     char *got = malloc(MIB);
-    int alone = 0;
+    int alone = 0, left = 1;
     bool native;
     double deadline;
 
@@ -497,9 +497,9 @@ static void native_gets_alone(void)
     progressing_barrier();
     /* Rank 1 has left its last progress call when rank 0 hears from it. */
     if (rank == 1)
-        MPI_Send(&alone, 1, MPI_INT, 0, 0, comm);
+        MPI_Send(&left, 1, MPI_INT, 0, 0, comm);
     if (rank == 0) {
-        MPI_Recv(&alone, 1, MPI_INT, 1, 0, comm, MPI_STATUS_IGNORE);
+        MPI_Recv(&left, 1, MPI_INT, 1, 0, comm, MPI_STATUS_IGNORE);
         native = zcopy_ucx_ep_rma_native(peers[1].ep);
         ZT_CHECK(zcopy_ucx_get(peers[1].ep, got, NULL, peers[1].desc.va,
                                peers[1].rk, MIB, &comp) == ZCOPY_SUCCESS,
