@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # compare.sh: zcopy against stock Open MPI, same binary, same activated
 # buffers. Runs zcopy_bench with zcopy and with each stock component asked
-# for (the peers), interleaved (zcopy, tuned, han, zcopy, tuned, han, ...)
-# so that drift of the machine hits all alike, then prints per collective
+# for (the peers), interleaved, each rep starting one mode later (zcopy,
+# tuned, han, tuned, han, zcopy, ...) so that drift of the machine and the
+# place in a rotation hit all alike, then prints per collective
 # and size the median time of each, the best peer and zcopy's ratio to it,
 # the path zcopy took, and both as a fraction of a memory-bandwidth
 # roofline. On one machine, or on an emulated cluster (--cluster).
@@ -195,7 +196,10 @@ modes=(zcopy "${peer_list[@]}")
 total=$((${#np_list[@]} * reps * ${#modes[@]})) done_runs=0 started=$SECONDS
 for np in "${np_list[@]}"; do
     for ((rep = 1; rep <= reps; rep++)); do
-        for mode in "${modes[@]}"; do
+        # Each rep starts one mode later: on the emulated cluster a job
+        # ran faster first in its rotation than second (bench/README.md).
+        for ((k = 0; k < ${#modes[@]}; k++)); do
+            mode=${modes[(k + rep - 1) % ${#modes[@]}]}
             done_runs=$((done_runs + 1))
             printf '[%d/%d] np %d %-5s rep %d/%d (%ds elapsed)\n' \
                 "$done_runs" "$total" "$np" "$mode" "$rep" "$reps" \
