@@ -196,6 +196,9 @@ ZCOPY_COMPONENT_API int zcopy_coll_progress(void)
 
 ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)
 {
+    /* A receive still posted would wait for a message whose connection
+     * is about to close. */
+    zcopy_comm_drain_all();
     zcopy_ucx_disconnect();
 }
 

@@ -73,7 +73,8 @@ int zcopy_coll_progress(void);
 /* For the start of MPI_Finalize, while every peer is still there: closes
  * the connections between servers in order (zcopy_ucx_disconnect()), so
  * that nothing is flushed towards a process that has already exited when
- * the communicators go. A later collective reconnects. */
+ * the communicators go; first, every communicator's control messages in
+ * flight land. A later collective reconnects. */
 void zcopy_coll_disconnect(void);
 
 #endif

@@ -107,6 +107,15 @@ ZCOPY_COMPONENT_API zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle)
     return zc;
 }
 
+void zcopy_comm_drain_all(void)
+{
+    pthread_mutex_lock(&comms.lock);
+    for (zcopy_comm_t *zc = comms.head; zc; zc = zc->next)
+        if (zc->span != NULL && zc->span->plane != NULL)
+            zcopy_span_plane_drain(zc->span);
+    pthread_mutex_unlock(&comms.lock);
+}
+
 void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,
                                const char *why)
 {

@@ -127,6 +127,11 @@ int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
 /* The zcopy state of @handle, or NULL where the component is not enabled. */
 zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);
 
+/* Lets every spanning communicator finish the control messages its last
+ * round left in flight (zcopy_span_plane_drain), while the connections
+ * between servers are still open. */
+void zcopy_comm_drain_all(void);
+
 /* Counts a fallback of collective @coll because of @why: both constants,
  * or strings that live as long as @zc. */
 void zcopy_comm_count_fallback(zcopy_comm_t *zc, const char *coll,

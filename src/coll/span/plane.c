@@ -58,8 +58,12 @@
 #define PLANE_ROUND_BITS 28
 #define PLANE_MAX_GROUPS (1 << PLANE_GROUP_BITS)
 
-/* What a member reports at an arrival: it declined the collective. */
+/* What a member reports at an arrival: it declined the collective; it has
+ * set a memory range (its process is not idle, span.c). What the leader
+ * adds: the group settled the arrival alone (plane_settles). */
 #define PLANE_DECLINED (1u << 8)
+#define PLANE_AWAKE (1u << 9)
+#define PLANE_SETTLED (1u << 10)
 
 /* Pieces of a leader's message that carries only the blocks its receivers
  * read (plane_blocks): the places, then a piece per sender and run of
@@ -457,18 +461,19 @@ static zcopy_ucx_iov_t *plane_pieces(const zcopy_span_t *sp, int h, bool out)
                                      (size_t)h];
 }
 
-/* Leader: the exchange with the other groups' leaders; false when a
- * message failed. An arrival whose payloads are blocks sends each group
- * only its ranks' blocks (plane_blocks): n / h times fewer payload bytes
- * than the whole part to a group of h of the n ranks. A group with a rank
- * that declined sends its places alone (plane_buffers), which fill the
- * first piece of the receive. */
-static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
-                           uint64_t round, zcopy_wait_t *w)
+/* Leader: posts the exchange with the other groups' leaders, counted in
+ * @comp; false when a message could not be posted. An arrival whose
+ * payloads are blocks sends each group only its ranks' blocks
+ * (plane_blocks): n / h times fewer payload bytes than the whole part to
+ * a group of h of the n ranks. A group with a rank that declined sends its
+ * places alone (plane_buffers), which fill the first piece of the
+ * receive. */
+static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                bool arrival, uint64_t round,
+                                zcopy_ucx_comp_t *comp)
 {
     const int me = sp->group[sp->rank];
     const bool declined = sp->sync_out & PLANE_DECLINED;
-    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
     zcopy_ucx_iov_t *iov;
     bool ok = true;
     uint8_t *buf;
@@ -483,9 +488,9 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         n = arrival ? plane_blocks(sp, h, me, iov) : 0;
         plane_buffers(sp, arrival, h, &buf, &len);
         ok &= (n > 0 ? zcopy_ucx_tag_recvv(iov, n, plane_tag(sp, me, h, round),
-                                           &comp)
+                                           comp)
                      : zcopy_ucx_tag_recv(buf, len, plane_tag(sp, me, h, round),
-                                          &comp)) == ZCOPY_SUCCESS;
+                                          comp)) == ZCOPY_SUCCESS;
     }
     plane_buffers(sp, arrival, me, &buf, &whole);
     for (int h = 0; h < sp->ngroups; h++) {
@@ -498,26 +503,85 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         len = n > 0 ? zcopy_ucx_iov_bytes(iov, n) : whole;
         sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
                                             iov, n,
-                                            plane_tag(sp, h, me, round), &comp)
+                                            plane_tag(sp, h, me, round), comp)
                       : zcopy_ucx_tag_send(sp->eps[plane_leader_of(sp, h)],
                                            buf, len,
                                            plane_tag(sp, h, me, round),
-                                           &comp)) == ZCOPY_SUCCESS;
+                                           comp)) == ZCOPY_SUCCESS;
         if (sent)
             plane_count(zc, 1, len);
         ok &= sent;
     }
-    /* Whatever failed, what was posted completes before the buffers go;
-     * without a worker (finalized under us), nothing will. */
-    while (!zcopy_ucx_test(&comp))
-        zcopy_wait_relax_polled(w, plane_leader_of(sp, (me + 1) %
-                                                           sp->ngroups));
-    if (!ok || comp.failure != 0 || comp.pending != 0) {
+    return ok;
+}
+
+/* Leader: waits for what plane_exchange_post() posted in @comp, whatever
+ * failed (the buffers must outlive the messages; without a worker,
+ * finalized under us, nothing completes); false when anything failed. */
+static bool plane_exchange_wait(const zcopy_span_t *sp, bool posted,
+                                zcopy_ucx_comp_t *comp, zcopy_wait_t *w)
+{
+    const int next = plane_leader_of(sp, (sp->group[sp->rank] + 1) %
+                                             sp->ngroups);
+
+    while (!zcopy_ucx_test(comp))
+        zcopy_wait_relax_polled(w, next);
+    if (!posted || comp->failure != 0 || comp->pending != 0) {
         zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
                   "servers failed: %s", sp->rank, zcopy_error_detail());
         return false;
     }
     return true;
+}
+
+/* Leader: the exchange with the other groups' leaders, whole; false when a
+ * message failed. */
+static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
+                           uint64_t round, zcopy_wait_t *w)
+{
+    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    const bool posted = plane_exchange_post(zc, sp, arrival, round, &comp);
+
+    return plane_exchange_wait(sp, posted, &comp, w);
+}
+
+/* Leader: finishes the exchange of an arrival its group settled alone
+ * (plane_round), if one is in flight; false when it failed. Before the
+ * next round posts its receives, so that the last ones of the settled
+ * arrival land before its area is reused, two rounds on. */
+static bool plane_settle(zcopy_span_t *sp, zcopy_wait_t *w)
+{
+    bool ok;
+
+    if (!sp->deferring)
+        return true;
+    ok = plane_exchange_wait(sp, sp->deferred_posted, &sp->deferred, w);
+    sp->deferring = false;
+    sp->deferred = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
+    return ok;
+}
+
+void zcopy_span_plane_drain(zcopy_span_t *sp)
+{
+    zcopy_wait_t w;
+
+    zcopy_wait_init(&w, sp->yield, sp->rank, "the end of a communicator "
+                    "between servers", 0);
+    plane_settle(sp, &w);
+}
+
+/* Whether an arrival that a leader's group reported with @any is decided
+ * by the group alone: one of its ranks declined, so every rank falls
+ * back, and one has set a memory range, so no rank finds every rank idle
+ * (span.c). Then the leader sends its part and lets its members go
+ * without waiting for the other groups' parts, which it receives at its
+ * next round: a rank whose buffers are not activated pays a stock call
+ * and a message, not a round trip between servers before it. Not where
+ * rounds go in steps, in which leaders forward each other's parts. */
+static bool plane_settles(const zcopy_span_t *sp, unsigned any)
+{
+    return (any & PLANE_DECLINED) && (any & PLANE_AWAKE) &&
+           sp->ngroups > 1 && !plane_disseminates(sp);
 }
 
 /* Leader: one step of a round passed in steps: @out to the leader of
@@ -643,6 +707,7 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     const char *what = arrival ? "the arrival of a collective between servers"
                                : "a step of a collective between servers";
     unsigned any = flags;
+    bool settled_before;
     zcopy_wait_t w;
 
     zcopy_wait_init(&w, sp->yield, sp->rank, what, zc->calls);
@@ -655,6 +720,7 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
             zcopy_wait_relax(&w, sp->leader);
         return top->flags | (top->failed ? ZCOPY_SYNC_BROKEN : 0);
     }
+    settled_before = plane_settle(sp, &w);
     for (int i = 1; i < gsize; i++) {
         const plane_line_t *line = plane_line(sp, 1 + i);
 
@@ -664,16 +730,24 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         any |= line->flags;
     }
     sp->sync_out = any;
-    if (sp->ngroups > 1 && plane_disseminates(sp)) {
-        top->failed = arrival ? !plane_gather(zc, sp, round, &w)
-                              : !plane_disseminate(zc, sp, round, &any, &w);
+    if (arrival && plane_settles(sp, any)) {
+        sp->deferred_posted = plane_exchange_post(zc, sp, true, round,
+                                                  &sp->deferred);
+        sp->deferring = true;
+        top->failed = !settled_before || !sp->deferred_posted;
+        any |= PLANE_SETTLED;
+    } else if (sp->ngroups > 1 && plane_disseminates(sp)) {
+        top->failed = !settled_before ||
+                      (arrival ? !plane_gather(zc, sp, round, &w)
+                               : !plane_disseminate(zc, sp, round, &any, &w));
         if (top->failed)
             zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
                       "between servers failed: %s", sp->rank,
                       zcopy_error_detail());
     } else {
-        top->failed = sp->ngroups > 1 && !plane_exchange(zc, sp, arrival,
-                                                         round, &w);
+        top->failed = !settled_before ||
+                      (sp->ngroups > 1 && !plane_exchange(zc, sp, arrival,
+                                                          round, &w));
         for (int h = 0; h < sp->ngroups && !arrival; h++)
             any |= h == g ? 0 : sp->group_flags[h];
     }
@@ -688,19 +762,23 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_payload_t *pl,
                                  const void *src, size_t len)
 {
-    bool declined;
+    unsigned flags = 0, any;
 
     sp->area = plane_area(sp, ++sp->arrivals);
     sp->carried = *pl;
     memcpy((void *)zcopy_span_desc(sp, sp->rank), mine, sizeof(*mine));
-    declined = mine->args.reason != REASON_NONE;
+    if (mine->args.reason != REASON_NONE)
+        flags |= PLANE_DECLINED;
+    if (!(mine->args.flags & ZCOPY_SPAN_ARGS_IDLE))
+        flags |= PLANE_AWAKE;
     if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
         len = len < pl->len ? len : pl->len;
         memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);
         plane_count(zc, 0, len);
     }
-    return plane_round(zc, sp, true, declined ? PLANE_DECLINED : 0) &
-                   ZCOPY_SYNC_BROKEN
+    any = plane_round(zc, sp, true, flags);
+    sp->settled = any & PLANE_SETTLED;
+    return any & ZCOPY_SYNC_BROKEN
                ? zcopy_error(ZCOPY_ERR_INTERNAL, "control messages between "
                              "servers failed")
                : ZCOPY_SUCCESS;

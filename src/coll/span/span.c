@@ -43,6 +43,8 @@ void zcopy_span_destroy(zcopy_span_t *sp)
 {
     if (sp == NULL)
         return;
+    if (sp->plane != NULL)
+        zcopy_span_plane_drain(sp); /* messages in flight use endpoints */
     for (int r = 0; r < sp->nranks; r++) {
         if (sp->peers && sp->peers[r])
             zcopy_ipc_peer_put(sp->peers[r]);
@@ -603,6 +605,33 @@ static void span_note_idle(zcopy_span_t *sp)
     sp->idle_until = sp->calls + sp->idle_skip;
 }
 
+/* A code from another process: checked before it indexes. */
+static const char *span_reason_text(uint32_t reason)
+{
+    return reason != REASON_NONE && reason < REASON_COUNT
+               ? zcopy_coll_reason_text[reason]
+               : "a rank was not eligible";
+}
+
+/* The fallback of an arrival this rank's group settled alone (plane.c,
+ * plane_settles): a rank of the group declined and one has set a memory
+ * range, so every rank falls back and the communicator stays awake, as
+ * span_note_idle would find. The reason is the first of the group's
+ * (the same on all its ranks); other groups' places may not be here. */
+static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
+                                            zcopy_span_t *sp,
+                                            zcopy_coll_type_t type)
+{
+    const int g = sp->group[sp->rank];
+    uint32_t reason = REASON_NONE;
+
+    sp->idle_until = 0;
+    sp->idle_skip = 0;
+    for (int i = 0; i < zcopy_span_group_size(sp, g) && !reason; i++)
+        reason = zcopy_span_desc(sp, zcopy_span_member(sp, g, i))->args.reason;
+    return zcopy_coll_fallback(zc, type, span_reason_text(reason));
+}
+
 void zcopy_span_wake(zcopy_comm_t *zc)
 {
     if (zc->span != NULL) {
@@ -676,14 +705,14 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
+    if (sp->settled)
+        return span_fallback_settled(zc, sp, a->type);
     span_note_idle(sp);
     for (int r = 0; r < sp->nranks; r++) {
         const uint32_t reason = zcopy_span_desc(sp, r)->args.reason;
-        /* A code from another process: checked before it indexes. */
+
         if (reason != REASON_NONE)
-            return zcopy_coll_fallback(zc, a->type, reason < REASON_COUNT
-                                       ? zcopy_coll_reason_text[reason]
-                                       : "a rank was not eligible");
+            return zcopy_coll_fallback(zc, a->type, span_reason_text(reason));
     }
     if (inline_total > 0) {
         /* The payloads came with the arrivals: nobody reads a peer's

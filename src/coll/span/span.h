@@ -103,6 +103,14 @@ typedef struct zcopy_span {
     size_t *piece_at;             /* where each group's start in pieces */
     uint32_t *group_flags;        /* by group: what it reported at a sync */
     uint32_t sync_out;            /* what this group reports (leader) */
+    bool settled;                 /* the last arrival was decided inside
+                                     this rank's group: it falls back, and
+                                     other groups' parts may not be here
+                                     (plane.c, plane_settles) */
+    bool deferring;               /* leader: that arrival's exchange is in
+                                     flight, finished at the next round */
+    bool deferred_posted;         /* every message of it was posted */
+    zcopy_ucx_comp_t deferred;    /* its messages */
     uint64_t rounds;              /* rounds of the plane passed */
     uint64_t arrivals;            /* of them, arrivals */
     uint8_t *area;                /* the last arrival */
@@ -177,6 +185,11 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
                                        const zcopy_span_hello_t *all);
 void zcopy_span_plane_destroy(zcopy_span_t *sp);
 
+/* Finishes what the last round left in flight (a leader's exchange of an
+ * arrival its group settled alone): before the endpoints and the segment
+ * go. */
+void zcopy_span_plane_drain(zcopy_span_t *sp);
+
 /* Every member has mapped the segment: the leader stops offering it. */
 void zcopy_span_plane_shared(zcopy_span_t *sp);
 
@@ -195,7 +208,11 @@ uint32_t zcopy_span_plane_new_id(void);
 /* This call's arrival: @mine reaches every rank, and every rank's is
  * zcopy_span_desc() until the next arrival; so do the payloads @pl says
  * the ranks send (this rank's @len bytes at @src, when it is a sender),
- * at zcopy_span_payload_of(). */
+ * at zcopy_span_payload_of(). Except where the arrival is settled inside
+ * this rank's group (sp->settled): a rank of the group declined and one
+ * has set a memory range, so the call falls back and the communicator
+ * stays awake whatever the other groups say, and only this group's
+ * places are sure to be there. */
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
                                  const zcopy_span_payload_t *pl,
