@@ -29,15 +29,24 @@
  * Bruck's allgather (plane_gather), a sync's reports by dissemination
  * (plane_disseminate).
  *
+ * An arrival that a rank of the group declined, in a group with a rank
+ * that has set a memory range, is settled by the group alone
+ * (plane_settles): the leader posts its messages as above and completes
+ * the round for its members at once, and the other groups' parts land
+ * while the ranks run the fallback; the leader waits for them at its next
+ * round, before it posts anything else (plane_settle), or before the
+ * connections or the segment go (zcopy_span_plane_drain).
+ *
  * Why the areas can be reused by parity: a member writes arrival k only
  * after round k - 1 completed, which needed every member of its group to
  * have entered k - 1, so every reader of arrival k - 2 is done with it;
  * the leader receives into the areas of k only after its members entered
  * k, and a remote leader can send k + 2 only after it completed k + 1,
  * which needed this group's part of k + 1 (sent by this group's leader,
- * or forwarded in steps from it), i.e. after its members left k. Messages
- * of later rounds that arrive early wait inside UCX, matched by their
- * tag:
+ * or forwarded in steps from it), i.e. after its members left k; and a
+ * settled arrival's messages all land before its leader completes the
+ * next round. Messages of later rounds that arrive early wait inside UCX,
+ * matched by their tag:
  *   bit  63      clear (set on the replies of served reads, ucx/serve.c)
  *   bits 62..44  the receiving leader's plane id (unique in its process)
  *   bits 43..28  the sending group
