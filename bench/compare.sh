@@ -32,7 +32,7 @@ usage: bench/compare.sh [options] [-- extra zcopy_bench options]
   --mpirun-args "ARGS"    more mpirun arguments (e.g. "--bind-to core")
   --wrap "CMD"            a command each rank runs the bench under, e.g.
                           "build/tests/confined/confined_run docker"
-  --buffers KIND          activated, huge, alloc_mem or malloc
+  --buffers KIND          activated, huge, alloc_mem, malloc or plain
                           [activated]; alloc_mem: MPI_Alloc_mem with
                           mpool_hints=zcopy (mpool/zcopy activates it, for
                           every mode); malloc measures what the component
@@ -92,8 +92,8 @@ while (($#)); do
 done
 
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive integer"
-[[ $buffers =~ ^(activated|huge|alloc_mem|malloc)$ ]] ||
-    die "--buffers is activated, huge, alloc_mem or malloc"
+[[ $buffers =~ ^(activated|huge|alloc_mem|malloc|plain)$ ]] ||
+    die "--buffers is activated, huge, alloc_mem, malloc or plain"
 [[ $nps =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --np list: $nps"
 peers=${peers:-$([[ -n $cluster ]] && echo tuned,han || echo tuned,sm,han,adapt)}
 [[ $peers =~ ^(tuned|sm|han|adapt)(,(tuned|sm|han|adapt))*$ ]] ||

@@ -69,11 +69,14 @@ typedef enum {
     BUF_ACTIVATED,                /* a zcopy arena, activated */
     BUF_HUGE,                     /* the same on 2 MiB pages */
     BUF_ALLOC_MEM,                /* MPI_Alloc_mem, mpool_hints=zcopy */
-    BUF_MALLOC                    /* aligned_alloc */
+    BUF_MALLOC,                   /* aligned_alloc */
+    BUF_PLAIN                     /* aligned_alloc, with memory activated
+                                     elsewhere in the process */
 } buffer_kind_t;
 
 static const char *const buffer_kind_names[] = { "activated", "huge",
-                                                 "alloc_mem", "malloc" };
+                                                 "alloc_mem", "malloc",
+                                                 "plain" };
 
 typedef struct {
     const char *name;
@@ -654,7 +657,10 @@ static void usage(FILE *f)
 "                         /proc/sys/vm/nr_hugepages); alloc_mem:\n"
 "                         MPI_Alloc_mem with mpool_hints=zcopy (activated\n"
 "                         by mpool/zcopy, no zcopy call); malloc:\n"
-"                         aligned_alloc [activated]\n"
+"                         aligned_alloc; plain: aligned_alloc in a process\n"
+"                         that has activated a page elsewhere (MPI_Alloc_mem,\n"
+"                         mpool_hints=zcopy), as a program using zcopy for\n"
+"                         other buffers [activated]\n"
 "      --csv FILE         also write the rows as CSV\n"
 "      --json FILE        also write the rows as JSON\n"
 "      --progress         progress line on stderr even when not a terminal\n"
@@ -809,7 +815,7 @@ static const char *apply_option(options_t *o, int c, const char *arg,
                 o->buffers = (buffer_kind_t)k;
                 return NULL;
             }
-        return "--buffers is activated, huge, alloc_mem or malloc";
+        return "--buffers is activated, huge, alloc_mem, malloc or plain";
     case OPT_CSV: o->csv_path = arg; return NULL;
     case OPT_JSON: o->json_path = arg; return NULL;
     case OPT_PROGRESS: o->progress = true; return NULL;
@@ -889,6 +895,7 @@ typedef struct {
     size_t size;
     zcopy_mem_handle_t handle;
     char *send, *recv;          /* each at least the largest size */
+    void *elsewhere;            /* plain: the activated page, unused */
 } buffers_t;
 
 static size_t round_up(size_t v, size_t to)
@@ -932,25 +939,26 @@ static void arena_fini(buffers_t *b)
     check_mem(zcopy_mem_release(b->base), "zcopy_mem_release");
 }
 
-/* Two MPI_Alloc_mem buffers, as a program that calls nothing of zcopy's
- * gets them: the mpool/zcopy component activates them. */
-static void alloc_mem_init(buffers_t *b, size_t half)
+/* @size bytes of MPI_Alloc_mem, as a program that calls nothing of
+ * zcopy's gets them: the mpool/zcopy component activates them. */
+static void *alloc_mem_activated(size_t size)
 {
     MPI_Info info;
     int active = 0;
+    void *p;
 
     MPI_Info_create(&info);
     MPI_Info_set(info, "mpool_hints", "zcopy");
-    check_mpi(MPI_Alloc_mem((MPI_Aint)half, info, &b->send), "MPI_Alloc_mem");
-    check_mpi(MPI_Alloc_mem((MPI_Aint)half, info, &b->recv), "MPI_Alloc_mem");
+    check_mpi(MPI_Alloc_mem((MPI_Aint)size, info, &p), "MPI_Alloc_mem");
     MPI_Info_free(&info);
-    b->size = 2 * half;
-    /* Rows labelled alloc_mem must not be fallback rows in disguise. */
-    check_mpi(MPIX_Zcopy_query(MPI_COMM_WORLD, b->send, half, &active),
+    /* Rows labelled alloc_mem or plain must not measure a process that
+     * has nothing activated. */
+    check_mpi(MPIX_Zcopy_query(MPI_COMM_WORLD, p, size, &active),
               "MPIX_Zcopy_query");
     if (!active)
         die("MPI_Alloc_mem with mpool_hints=zcopy returned memory that is "
             "not activated: is mpool/zcopy on the component path?");
+    return p;
 }
 
 static void buffers_init(buffers_t *b, buffer_kind_t kind, size_t max_bytes)
@@ -959,15 +967,20 @@ static void buffers_init(buffers_t *b, buffer_kind_t kind, size_t max_bytes)
     size_t half = round_up(max_bytes ? max_bytes : 1, page);
 
     b->kind = kind;
+    b->elsewhere = NULL;
     if (kind == BUF_ACTIVATED || kind == BUF_HUGE) {
         arena_init(b, half, kind == BUF_HUGE);
     } else if (kind == BUF_ALLOC_MEM) {
-        alloc_mem_init(b, half);
+        b->send = alloc_mem_activated(half);
+        b->recv = alloc_mem_activated(half);
+        b->size = 2 * half;
     } else {
         b->send = aligned_alloc(page, half);
         b->recv = aligned_alloc(page, half);
         if (!b->send || !b->recv)
             die("out of memory for two buffers of %zu bytes", half);
+        if (kind == BUF_PLAIN)
+            b->elsewhere = alloc_mem_activated(page);
     }
     /* Fault every page in now, not inside a timed call. */
     memset(b->send, 0, half);
@@ -984,6 +997,8 @@ static void buffers_fini(buffers_t *b)
     } else {
         free(b->send);
         free(b->recv);
+        if (b->elsewhere != NULL)
+            check_mpi(MPI_Free_mem(b->elsewhere), "MPI_Free_mem");
     }
 }
 

@@ -96,3 +96,16 @@ set_tests_properties(mpi.ucx_fetch.choice.vservers.np4 PROPERTIES
   PASS_REGULAR_EXPRESSION "its get is emulated by the peer"
   FAIL_REGULAR_EXPRESSION
     "its get is done|fallback|mixed|element [0-9]+ is|non-zero|signal")
+
+# Every collective on plain memory in processes that have activated memory
+# elsewhere: each call is declined on every rank and settled by each
+# server alone (plane.c), the other servers' messages taken in at the next
+# round. Results checked, every row a fallback (the barrier, which has no
+# buffers, is left out).
+zcopy_add_mpi_test(NAME mpi.bench.plain.vservers.np4 TARGET zcopy_bench
+  NP 4 ARGS -c allreduce,reduce,reduce_scatter_block,allgather,bcast,alltoall,gather,scatter
+       --buffers plain -b 8 -e 64K -f 8 -n 3 -w 1 --check --vary
+  MCA coll_zcopy_virtual_servers=2 LABELS span)
+set_tests_properties(mpi.bench.plain.vservers.np4 PROPERTIES
+  PASS_REGULAR_EXPRESSION "fallback:"
+  FAIL_REGULAR_EXPRESSION "  zcopy\n|  mixed|errors: [1-9]|non-zero|signal")
