@@ -128,7 +128,8 @@ int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
 zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);
 
 /* Lets every spanning communicator finish the control messages its last
- * round left in flight (zcopy_span_plane_drain), while the connections
+ * round left in flight (zcopy_span_plane_drain, which progresses UCX
+ * alone: nothing it runs takes the list's lock), while the connections
  * between servers are still open. */
 void zcopy_comm_drain_all(void);
 

@@ -482,8 +482,9 @@ static void check_range_first(const layout_t *l, int rank)
  * round arrive meanwhile. So the root of a bcast on plain memory leaves
  * as soon as stock's bcast lets it, though every rank of the other
  * servers comes LATE_S later. Until 2026-12-03 it waited for the last of
- * them in the agreement round. Leaders that pass rounds in steps forward
- * each other's parts and still wait. */
+ * them in the agreement round. (Its next call on the communicator would
+ * wait for them, taking in their messages first.) Leaders that pass rounds
+ * in steps forward each other's parts and still wait. */
 #define LATE_S 1.0
 
 static void check_decline_waits_for_nobody(const layout_t *l, int rank)

@@ -556,15 +556,17 @@ static bool plane_exchange(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
 
 /* Leader: finishes the exchange of an arrival its group settled alone
  * (plane_round), if one is in flight; false when it failed. Before the
- * next round posts its receives, so that the last ones of the settled
- * arrival land before its area is reused, two rounds on. */
+ * next round posts its receives (they reuse sp->pieces), so that the last
+ * ones of the settled arrival land before its area is reused, two
+ * arrivals on. A message that could not be posted failed the settled
+ * round already: only what completes badly counts here. */
 static bool plane_settle(zcopy_span_t *sp, zcopy_wait_t *w)
 {
     bool ok;
 
     if (!sp->deferring)
         return true;
-    ok = plane_exchange_wait(sp, sp->deferred_posted, &sp->deferred, w);
+    ok = plane_exchange_wait(sp, true, &sp->deferred, w);
     sp->deferring = false;
     sp->deferred = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
     return ok;
@@ -572,11 +574,19 @@ static bool plane_settle(zcopy_span_t *sp, zcopy_wait_t *w)
 
 void zcopy_span_plane_drain(zcopy_span_t *sp)
 {
-    zcopy_wait_t w;
-
-    zcopy_wait_init(&w, sp->yield, sp->rank, "the end of a communicator "
-                    "between servers", 0);
-    plane_settle(sp, &w);
+    if (!sp->deferring)
+        return;
+    /* UCX's progress alone: this runs inside MPI_Comm_free or at the start
+     * of MPI_Finalize, maybe from Open MPI's progress loop (a request's
+     * completion that frees its communicator), where running that loop
+     * again, or anything that takes a lock the caller holds, could
+     * deadlock. The messages need nothing else. */
+    if (zcopy_ucx_wait(&sp->deferred) != ZCOPY_SUCCESS)
+        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
+                  "between servers failed: %s", sp->rank,
+                  zcopy_error_detail());
+    sp->deferring = false;
+    sp->deferred = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
 }
 
 /* Whether an arrival that a leader's group reported with @any is decided
@@ -740,10 +750,15 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
     }
     sp->sync_out = any;
     if (arrival && plane_settles(sp, any)) {
-        sp->deferred_posted = plane_exchange_post(zc, sp, true, round,
-                                                  &sp->deferred);
+        const bool posted = plane_exchange_post(zc, sp, true, round,
+                                                &sp->deferred);
+
         sp->deferring = true;
-        top->failed = !settled_before || !sp->deferred_posted;
+        top->failed = !settled_before || !posted;
+        if (!posted)
+            zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
+                      "between servers failed: %s", sp->rank,
+                      zcopy_error_detail());
         any |= PLANE_SETTLED;
     } else if (sp->ngroups > 1 && plane_disseminates(sp)) {
         top->failed = !settled_before ||

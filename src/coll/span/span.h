@@ -109,7 +109,6 @@ typedef struct zcopy_span {
                                      (plane.c, plane_settles) */
     bool deferring;               /* leader: that arrival's exchange is in
                                      flight, finished at the next round */
-    bool deferred_posted;         /* every message of it was posted */
     zcopy_ucx_comp_t deferred;    /* its messages */
     uint64_t rounds;              /* rounds of the plane passed */
     uint64_t arrivals;            /* of them, arrivals */
