@@ -111,7 +111,7 @@ void zcopy_comm_drain_all(void)
 {
     pthread_mutex_lock(&comms.lock);
     for (zcopy_comm_t *zc = comms.head; zc; zc = zc->next)
-        if (zc->span != NULL && zc->span->plane != NULL)
+        if (zc->span != NULL)
             zcopy_span_plane_drain(zc->span);
     pthread_mutex_unlock(&comms.lock);
 }

@@ -524,6 +524,13 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
     return ok;
 }
 
+/* Leader: says that its messages of a round between servers failed. */
+static void plane_log_failure(const zcopy_span_t *sp)
+{
+    zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
+              "servers failed: %s", sp->rank, zcopy_error_detail());
+}
+
 /* Leader: waits for what plane_exchange_post() posted in @comp, whatever
  * failed (the buffers must outlive the messages; without a worker,
  * finalized under us, nothing completes); false when anything failed. */
@@ -536,8 +543,7 @@ static bool plane_exchange_wait(const zcopy_span_t *sp, bool posted,
     while (!zcopy_ucx_test(comp))
         zcopy_wait_relax_polled(w, next);
     if (!posted || comp->failure != 0 || comp->pending != 0) {
-        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages between "
-                  "servers failed: %s", sp->rank, zcopy_error_detail());
+        plane_log_failure(sp);
         return false;
     }
     return true;
@@ -582,9 +588,7 @@ void zcopy_span_plane_drain(zcopy_span_t *sp)
      * again, or anything that takes a lock the caller holds, could
      * deadlock. The messages need nothing else. */
     if (zcopy_ucx_wait(&sp->deferred) != ZCOPY_SUCCESS)
-        zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
-                  "between servers failed: %s", sp->rank,
-                  zcopy_error_detail());
+        plane_log_failure(sp);
     sp->deferring = false;
     sp->deferred = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
 }
@@ -756,18 +760,14 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         sp->deferring = true;
         top->failed = !settled_before || !posted;
         if (!posted)
-            zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
-                      "between servers failed: %s", sp->rank,
-                      zcopy_error_detail());
+            plane_log_failure(sp);
         any |= PLANE_SETTLED;
     } else if (sp->ngroups > 1 && plane_disseminates(sp)) {
         top->failed = !settled_before ||
                       (arrival ? !plane_gather(zc, sp, round, &w)
                                : !plane_disseminate(zc, sp, round, &any, &w));
         if (top->failed)
-            zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: control messages "
-                      "between servers failed: %s", sp->rank,
-                      zcopy_error_detail());
+            plane_log_failure(sp);
     } else {
         top->failed = !settled_before ||
                       (sp->ngroups > 1 && !plane_exchange(zc, sp, arrival,

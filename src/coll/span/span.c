@@ -43,8 +43,7 @@ void zcopy_span_destroy(zcopy_span_t *sp)
 {
     if (sp == NULL)
         return;
-    if (sp->plane != NULL)
-        zcopy_span_plane_drain(sp); /* messages in flight use endpoints */
+    zcopy_span_plane_drain(sp); /* messages in flight use endpoints */
     for (int r = 0; r < sp->nranks; r++) {
         if (sp->peers && sp->peers[r])
             zcopy_ipc_peer_put(sp->peers[r]);
@@ -576,6 +575,13 @@ static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
                             zc->ops.ctx);
 }
 
+/* No skip runs: the next call has its round. */
+static void span_awake(zcopy_span_t *sp)
+{
+    sp->idle_until = 0;
+    sp->idle_skip = 0;
+}
+
 /* After an arrival round: if every rank said it has never used zcopy (no
  * range was ever set in the process), the next calls fall back without a
  * round, 1, 2, 4 ... up to ZCOPY_SPAN_IDLE_SKIP_MAX of them, so that a job
@@ -595,8 +601,7 @@ static void span_note_idle(zcopy_span_t *sp)
     for (int r = 0; r < sp->nranks; r++)
         if (!(zcopy_span_desc(sp, r)->args.flags & ZCOPY_SPAN_ARGS_IDLE)) {
             /* A barrier's round ends a skip that is running. */
-            sp->idle_until = 0;
-            sp->idle_skip = 0;
+            span_awake(sp);
             return;
         }
     sp->idle_skip = sp->idle_skip == 0 ? 1 : 2 * sp->idle_skip;
@@ -625,8 +630,7 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
     const int g = sp->group[sp->rank];
     uint32_t reason = REASON_NONE;
 
-    sp->idle_until = 0;
-    sp->idle_skip = 0;
+    span_awake(sp);
     for (int i = 0; i < zcopy_span_group_size(sp, g) && !reason; i++)
         reason = zcopy_span_desc(sp, zcopy_span_member(sp, g, i))->args.reason;
     return zcopy_coll_fallback(zc, type, span_reason_text(reason));
@@ -634,10 +638,8 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
 
 void zcopy_span_wake(zcopy_comm_t *zc)
 {
-    if (zc->span != NULL) {
-        zc->span->idle_until = 0;
-        zc->span->idle_skip = 0;
-    }
+    if (zc->span != NULL)
+        span_awake(zc->span);
 }
 
 /* Payload bytes per rank that may ride the arrival round. Where each rank
