@@ -27,6 +27,7 @@ typedef struct {
     unsigned long inline_max;     /* coll_zcopy_inline_max */
     unsigned long inline_max_yield; /* coll_zcopy_inline_max_yield */
     int ucx_fetch;                /* coll_zcopy_ucx_fetch */
+    int ucx_max_requests;         /* coll_zcopy_ucx_max_requests */
     unsigned long span_inline_max; /* coll_zcopy_span_inline_max */
     int span_dissemination_min;   /* coll_zcopy_span_dissemination_min */
     int yield;                    /* coll_zcopy_yield */

@@ -51,6 +51,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
     .peer_access = ZCOPY_IPC_ACCESS_AUTO,
+    .ucx_max_requests = 128,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -237,6 +238,15 @@ static int zcopy_register(void)
         "before it reports, once, which rank it awaits in which collective "
         "(it keeps waiting, as MPI does); 0 never reports",
         OPAL_INFO_LVL_9, &c->wait_report);
+    zcopy_register_int("ucx_max_requests",
+        "UCX requests (a get or a put; a read served by its target is a "
+        "receive and a request message) that one rank keeps in flight in a "
+        "collective's transfers between servers; it waits for some to "
+        "complete, serving its peers meanwhile, before it issues more, so "
+        "that an alltoall on a large communicator does not ask every peer "
+        "at once (a transfer larger than the bound waits for none in "
+        "flight); 0 or less sets no bound",
+        OPAL_INFO_LVL_9, &c->ucx_max_requests);
     zcopy_register_transport(c);
     zcopy_register_ucx_fetch(c);
     zcopy_register_peer_access(c);
@@ -255,6 +265,8 @@ static int zcopy_register(void)
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
     zcopy_config.transport = c->transport;
     zcopy_config.ucx_fetch = c->ucx_fetch;
+    zcopy_config.ucx_max_requests =
+        c->ucx_max_requests > 0 ? (unsigned)c->ucx_max_requests : 0;
     zcopy_config.peer_access = c->peer_access;
     zcopy_config.wait_report_s = c->wait_report > 0 ? c->wait_report : 0;
     mca_coll_zcopy_install_host();

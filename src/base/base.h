@@ -78,6 +78,8 @@ typedef struct {
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
     int transport;             /* zcopy_transport_t: how peers are reached */
     int ucx_fetch;             /* zcopy_ucx_fetch_t: how UCX reads a peer */
+    unsigned ucx_max_requests; /* UCX requests one rank keeps in flight in a
+                                  collective's transfers (0: no bound) */
     int wait_report_s;         /* report a peer awaited this long (0: never) */
     int peer_access;           /* zcopy_ipc_access_t: 0 auto, 1 pidfd, 2 socket */
     size_t streaming_min;      /* bytes: copies this long bypass the cache;

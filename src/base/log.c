@@ -16,6 +16,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .wait_report_s = 60,
     .yield_mode = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
+    .ucx_max_requests = 128,
 };
 
 static int env_int(const char *name, int dflt)

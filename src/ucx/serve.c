@@ -350,7 +350,7 @@ static zcopy_status_t serve_ask(zcopy_ucx_ep_t *ep, serve_request_t q,
     }
     if (recv != NULL) {
         r = NULL;                 /* the receive owns it now */
-        comp->pending++;
+        zcopy_ucx_comp_issued(comp);
     }
     sd->recv = recv;
     request = ucp_am_send_nbx(handle, ZCOPY_UCX_AM_READ, &sd->q,
@@ -365,7 +365,7 @@ static zcopy_status_t serve_ask(zcopy_ucx_ep_t *ep, serve_request_t q,
     }
     if (request != NULL) {
         sd = NULL;                /* the send owns it now */
-        comp->pending++;
+        zcopy_ucx_comp_issued(comp);
     }
 out:
     pthread_mutex_unlock(&zcopy_ucx.lock);

@@ -67,8 +67,9 @@ typedef struct {
     unsigned pending;             /* requests issued, not completed yet */
     int failure;                  /* ucs_status_t of the first failure, or 0 */
     uint64_t bytes;               /* payload bytes of the gets and puts issued */
+    unsigned peak;                /* most requests in flight at once */
 } zcopy_ucx_comp_t;
-#define ZCOPY_UCX_COMP_INIT { 0, 0, 0 }
+#define ZCOPY_UCX_COMP_INIT { 0, 0, 0, 0 }
 
 /* For leak checks and tests. */
 typedef struct {
@@ -249,6 +250,16 @@ zcopy_status_t zcopy_ucx_flush(zcopy_ucx_ep_t *ep);
 
 /* Progresses once; true when nothing in @comp is pending. */
 bool zcopy_ucx_test(zcopy_ucx_comp_t *comp);
+
+/* Before issuing a transfer of @need requests (ZCOPY_UCX_GET_REQUESTS,
+ * ..._PUT_, ..._READ_): progresses, serving peers as a wait does, until
+ * @comp has room for them under @max requests in flight (or none in
+ * flight, if they alone exceed it); @max 0 sets no bound. Failures are
+ * left for the wait to report. */
+#define ZCOPY_UCX_GET_REQUESTS 1
+#define ZCOPY_UCX_PUT_REQUESTS 1
+#define ZCOPY_UCX_READ_REQUESTS 2  /* the receive and the request message */
+void zcopy_ucx_throttle(zcopy_ucx_comp_t *comp, unsigned need, unsigned max);
 
 /* Progresses until nothing in @comp is pending (yielding the processor
  * when nothing happens for a while); then the first failure, if any. */

@@ -100,6 +100,14 @@ zcopy_status_t zcopy_ucx_key_ask(zcopy_ucx_ep_t *ep, uint64_t va,
                                  uint64_t size, void *buf, size_t cap,
                                  size_t *len_p, zcopy_ucx_comp_t *comp);
 
+/* Counts one more request in flight on @comp (under the lock, as its
+ * completions run). */
+static inline void zcopy_ucx_comp_issued(zcopy_ucx_comp_t *comp)
+{
+    if (++comp->pending > comp->peak)
+        comp->peak = comp->pending;
+}
+
 /* After a poll that found @events: nothing (again) means a pause that
  * grows into yielding the processor, since the peer we wait for may need
  * our core; @idle counts the empty polls in a row. */

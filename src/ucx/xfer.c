@@ -6,7 +6,7 @@
  * Each request carries a callback with the counter as its user data; the
  * callback runs inside ucp_worker_progress, which is only ever called with
  * the layer's lock held, so the counter needs no atomics as long as it is
- * read under the lock too (zcopy_ucx_test/wait).
+ * read under the lock too (zcopy_ucx_test/wait/throttle).
  */
 #include "ucx_int.h"
 
@@ -34,7 +34,7 @@ static zcopy_status_t comp_add(zcopy_ucx_comp_t *comp,
                                "bytes with pid %llu", what, len,
                                (unsigned long long)ep->key.pid);
     if (request != NULL)
-        comp->pending++;
+        zcopy_ucx_comp_issued(comp);
     return ZCOPY_SUCCESS;
 }
 
@@ -252,7 +252,7 @@ static zcopy_status_t tag_recv(void *buf, size_t count, bool iov, size_t len,
         st = zcopy_ucx_error(UCS_PTR_STATUS(request), "ucx: receive of %zu "
                              "bytes", len);
     else if (request != NULL)
-        comp->pending++;
+        zcopy_ucx_comp_issued(comp);
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return st;
 }
@@ -285,8 +285,10 @@ zcopy_status_t zcopy_ucx_tag_recvv(const zcopy_ucx_iov_t *iov, size_t n,
                     comp);
 }
 
-/* One poll; whether @comp is complete. */
-static bool comp_poll(zcopy_ucx_comp_t *comp, unsigned *events)
+/* One poll; whether fewer than @below (>= 1) of @comp's requests are
+ * pending. */
+static bool comp_poll(zcopy_ucx_comp_t *comp, unsigned below,
+                      unsigned *events)
 {
     bool done;
 
@@ -294,7 +296,7 @@ static bool comp_poll(zcopy_ucx_comp_t *comp, unsigned *events)
     *events = zcopy_ucx.state == UCX_STATE_LIVE
                   ? zcopy_ucx_worker_progress_locked() : 0;
     /* Without a worker nothing can complete any more: do not spin. */
-    done = comp->pending == 0 || zcopy_ucx.state != UCX_STATE_LIVE;
+    done = comp->pending < below || zcopy_ucx.state != UCX_STATE_LIVE;
     pthread_mutex_unlock(&zcopy_ucx.lock);
     return done;
 }
@@ -303,7 +305,25 @@ bool zcopy_ucx_test(zcopy_ucx_comp_t *comp)
 {
     unsigned events;
 
-    return comp_poll(comp, &events);
+    return comp_poll(comp, 1, &events);
+}
+
+void zcopy_ucx_throttle(zcopy_ucx_comp_t *comp, unsigned need, unsigned max)
+{
+    const unsigned below = need < max ? max - need + 1 : 1;
+    unsigned events, idle = 0;
+    bool room;
+
+    if (max == 0)
+        return;
+    /* Read under the lock: completions run inside the worker's progress. */
+    pthread_mutex_lock(&zcopy_ucx.lock);
+    room = comp->pending < below;
+    pthread_mutex_unlock(&zcopy_ucx.lock);
+    if (room)
+        return;
+    while (!comp_poll(comp, below, &events))
+        zcopy_ucx_backoff(events, &idle);
 }
 
 zcopy_status_t zcopy_ucx_wait(zcopy_ucx_comp_t *comp)
@@ -313,7 +333,7 @@ zcopy_status_t zcopy_ucx_wait(zcopy_ucx_comp_t *comp)
     /* The lock is dropped between polls so that other threads' calls get
      * in; the poll comes first, so even a complete @comp progresses once
      * (a peer may be waiting on us). */
-    while (!comp_poll(comp, &events))
+    while (!comp_poll(comp, 1, &events))
         zcopy_ucx_backoff(events, &idle);
     if (comp->pending != 0)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: wait: %u transfers "

@@ -97,6 +97,23 @@ set_tests_properties(mpi.ucx_fetch.choice.vservers.np4 PROPERTIES
   FAIL_REGULAR_EXPRESSION
     "its get is done|fallback|mixed|element [0-9]+ is|non-zero|signal")
 
+# A bound on the UCX requests a rank keeps in flight: at 8 servers of one
+# rank an alltoall or allgather of 1 MiB reads from 7 peers at once (up to
+# 11 requests in flight per rank measured, with no bound), here at most 3
+# whatever the collective, results checked and every row zero-copy. Reads
+# by get (one request each, emulated by the peer here) reach the bound
+# exactly, which the verbose output's per-stage peak must show.
+zcopy_add_mpi_test(NAME mpi.ucx_max_requests.vservers8.np8 TARGET zcopy_bench
+  NP 8 ARGS -c alltoall,allgather,bcast,allreduce -b 1M -e 1M -n 2 -w 1 --check
+  MCA coll_zcopy_virtual_servers=8 coll_zcopy_span_inline_max=0
+      coll_zcopy_ucx_fetch=get coll_zcopy_ucx_max_requests=3
+      coll_zcopy_verbose=30
+  LABELS "span;ucx;scale")
+set_tests_properties(mpi.ucx_max_requests.vservers8.np8 PROPERTIES
+  PASS_REGULAR_EXPRESSION "at most 3 UCX requests in flight"
+  FAIL_REGULAR_EXPRESSION
+    "at most ([4-9]|[1-9][0-9]+) UCX requests|fallback|mixed|element [0-9]+ is|non-zero|signal")
+
 # Every collective on plain memory in processes that have activated memory
 # elsewhere: each call is declined on every rank and settled by each
 # server alone (plane.c), the other servers' messages taken in at the next

@@ -266,7 +266,6 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
     const zcopy_span_t *sp = sa->sp;
     const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
     const size_t e = sa->ssize, len = hi - lo;
-    uint8_t *slot = sp->landing;
     int k = 0;
 
     if (len == 0)
@@ -277,19 +276,21 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
                                   len * e);
         sa->ipc_bytes += j == me ? 0 : len * e;
     }
-    for (int t = 0; t < sp->ngroups; t++) {
+    /* Operands in group order (the reduction's order); the gets start at
+     * the next group, so that every group's ranks do not ask the same
+     * group first where coll_zcopy_ucx_max_requests binds. */
+    for (int s = 1; s < sp->ngroups; s++) {
+        int t = (g + s) % sp->ngroups, at_k = m + t - (t > g ? 1 : 0);
         int j = zcopy_span_member(sp, t, me); /* the maker of our partial */
         uint64_t at;
 
-        if (t == g)
-            continue;
         at = zcopy_span_group_size(sp, t) > 1
                  ? zcopy_span_desc(sp, j)->xblock.va + partial_offset(sa, t, me)
                  : args_of(sa, j)->sbuf + lo * e;
-        zcopy_span_get(sa, j, at, len * e, slot);
-        ins[k++] = slot;
-        slot += len * e;
+        ins[at_k] = sp->landing + (size_t)(at_k - m) * len * e;
+        zcopy_span_get(sa, j, at, len * e, (uint8_t *)ins[at_k]);
     }
+    k += sp->ngroups - 1;
     zcopy_span_complete(sa);
     reduce_inputs(sa, dst, ins, k, len, share, lo * e);
 }
@@ -305,7 +306,8 @@ static void fetch_other_slices(zcopy_span_algo_t *sa)
     uint8_t *out = sa->a->rbuf;
     size_t lo, hi;
 
-    for (int o = 0; o < sa->nranks; o++) {
+    for (int i = 0; i < sa->nranks; i++) {
+        int o = (me + i) % sa->nranks; /* spread the sources */
         int from = zcopy_span_member(sp, group_of(sa, o), sp->index[me]);
 
         if (group_of(sa, o) == g || zcopy_span_member(sp, g, o) != me)
@@ -468,7 +470,9 @@ zcopy_status_t zcopy_span_allgather(zcopy_span_algo_t *sa)
         total += len;
     }
     spread = sa->a->type == ZCOPY_COLL_ALLGATHER && spreads(sa, total);
-    for (int j = 0; j < n; j++) {
+    for (int i = 0; i < n; i++) {
+        int j = (me + i) % n; /* spread the sources */
+
         gathered_block(sa, j, &off, &len);
         if (j == me && in_place(sa, me))
             continue;

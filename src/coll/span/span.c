@@ -382,22 +382,29 @@ static bool span_fetch_by_get(zcopy_ucx_ep_t *ep)
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
                     void *dst)
 {
+    zcopy_ucx_ep_t *ep = sa->sp->eps[r];
     zcopy_ucx_rkey_t *rkey;
+    zcopy_status_t st;
+    bool by_get;
 
     if (sa->failed || len == 0)
         return;
-    if (sa->sp->eps[r] == NULL) {
+    if (ep == NULL) {
         span_copy_mapped(sa, r, addr, len, dst, false);
         return;
     }
+    by_get = span_fetch_by_get(ep);
+    zcopy_ucx_throttle(&sa->comp, by_get ? ZCOPY_UCX_GET_REQUESTS
+                                         : ZCOPY_UCX_READ_REQUESTS,
+                       zcopy_config.ucx_max_requests);
     rkey = span_rkey(sa, r, addr, len);
-    if (rkey == NULL)
+    if (rkey == NULL) {
         span_fail(sa, "get from", r);
-    else if (span_fetch_by_get(sa->sp->eps[r])
-                 ? zcopy_ucx_get(sa->sp->eps[r], dst, NULL, addr, rkey, len,
-                                 &sa->comp) != ZCOPY_SUCCESS
-                 : zcopy_ucx_read(sa->sp->eps[r], dst, addr, rkey, len,
-                                  &sa->comp) != ZCOPY_SUCCESS)
+        return;
+    }
+    st = by_get ? zcopy_ucx_get(ep, dst, NULL, addr, rkey, len, &sa->comp)
+                : zcopy_ucx_read(ep, dst, addr, rkey, len, &sa->comp);
+    if (st != ZCOPY_SUCCESS)
         span_fail(sa, "get from", r);
 }
 
@@ -412,6 +419,8 @@ void zcopy_span_put(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
         span_copy_mapped(sa, r, addr, len, (void *)src, true);
         return;
     }
+    zcopy_ucx_throttle(&sa->comp, ZCOPY_UCX_PUT_REQUESTS,
+                       zcopy_config.ucx_max_requests);
     rkey = span_rkey(sa, r, addr, len);
     if (rkey == NULL || zcopy_ucx_put(sa->sp->eps[r], src, NULL, addr, rkey,
                                       len, &sa->comp) != ZCOPY_SUCCESS) {
@@ -429,6 +438,11 @@ void zcopy_span_complete(zcopy_span_algo_t *sa)
 
     if (zcopy_ucx_wait(&sa->comp) != ZCOPY_SUCCESS)
         span_fail(sa, "transfers with", -1);
+    if (sa->comp.peak > 0)
+        zcopy_log(ZCOPY_LOG_TRACE, "coll", "rank %d: %s: at most %u UCX "
+                  "requests in flight (coll_zcopy_ucx_max_requests %u)",
+                  sa->rank, zcopy_coll_names[sa->a->type], sa->comp.peak,
+                  zcopy_config.ucx_max_requests);
     sa->ucx_bytes += sa->comp.bytes;
     sa->comp = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
     for (int r = 0; r < sp->nranks; r++) {
