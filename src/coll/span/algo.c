@@ -266,14 +266,13 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
     const zcopy_span_t *sp = sa->sp;
     const int me = sa->rank, g = group_of(sa, me), m = my_group_size(sa);
     const size_t e = sa->ssize, len = hi - lo;
-    int k = 0;
 
     if (len == 0)
         return;
     for (int i = 0; i < m; i++) {
         int j = zcopy_span_member(sp, g, sp->index[first] + i);
-        ins[k++] = zcopy_span_map(sa, j, args_of(sa, j)->sbuf + lo * e,
-                                  len * e);
+        ins[i] = zcopy_span_map(sa, j, args_of(sa, j)->sbuf + lo * e,
+                                len * e);
         sa->ipc_bytes += j == me ? 0 : len * e;
     }
     /* Operands in group order (the reduction's order); the gets start at
@@ -290,9 +289,8 @@ static void reduce_own_slice(zcopy_span_algo_t *sa, size_t lo, size_t hi,
         ins[at_k] = sp->landing + (size_t)(at_k - m) * len * e;
         zcopy_span_get(sa, j, at, len * e, (uint8_t *)ins[at_k]);
     }
-    k += sp->ngroups - 1;
     zcopy_span_complete(sa);
-    reduce_inputs(sa, dst, ins, k, len, share, lo * e);
+    reduce_inputs(sa, dst, ins, m + sp->ngroups - 1, len, share, lo * e);
 }
 
 /* Stage 3: every slice another group owns is fetched once per group,
