@@ -45,6 +45,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .small_msg = 16384,
     .inline_max = 1024,
     .inline_max_yield = 8192,
+    .root_moves_max = 1048576,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .yield = 0,
@@ -207,6 +208,14 @@ static int zcopy_register(void)
         "at most, never fewer than coll_zcopy_inline_max) are cheaper "
         "copied through the control plane than read through mappings",
         OPAL_INFO_LVL_9, &c->inline_max_yield);
+    zcopy_register_ulong("root_moves_max",
+        "Where ranks outnumber cores (waits yield the processor), the root "
+        "of a bcast, gather(v) or scatter(v) inside one server that moves "
+        "at most this many bytes to or from its peers moves them all "
+        "itself: the other ranks then wait for the root alone and the root "
+        "for nobody, one trip through the scheduler fewer. The root "
+        "decides and tells the others, so ranks may differ. 0: never",
+        OPAL_INFO_LVL_9, &c->root_moves_max);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (and 1 MiB for all ranks "
@@ -258,6 +267,7 @@ static int zcopy_register(void)
     zcopy_config.small_msg = c->small_msg;
     zcopy_config.inline_max = c->inline_max;
     zcopy_config.inline_max_yield = c->inline_max_yield;
+    zcopy_config.root_moves_max = c->root_moves_max;
     zcopy_config.span_inline_max = c->span_inline_max;
     zcopy_config.span_dissemination_min =
         c->span_dissemination_min > 0 ? c->span_dissemination_min : 0;

@@ -71,6 +71,9 @@ typedef struct {
     size_t inline_max;         /* bytes per rank: payloads this small travel
                                   in the control plane (coll/server/control.h caps) */
     size_t inline_max_yield;   /* the same where waits yield the processor */
+    size_t root_moves_max;     /* bytes: where waits yield, a rooted call's
+                                  root moves at most this much itself
+                                  (server path) */
     size_t span_inline_max;    /* the same between servers: payloads ride
                                   with the arrivals (coll/span.h caps) */
     int span_dissemination_min; /* servers from which the leaders pass

@@ -11,6 +11,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .small_msg = 16384,
     .inline_max = 1024,
     .inline_max_yield = 8192,
+    .root_moves_max = 1048576,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .wait_report_s = 60,

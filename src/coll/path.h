@@ -31,12 +31,15 @@ extern const char *const zcopy_coll_reason_text[REASON_COUNT];
 /* What every rank learns of a rank's call at arrival. */
 typedef struct {
     uint32_t reason;              /* REASON_NONE or why this rank is not */
-    uint32_t flags;               /* ZCOPY_PLAN_IN_PLACE */
+    uint32_t flags;               /* ZCOPY_PLAN_* */
     uint64_t sbuf;                /* effective send buffer (own address) */
     uint64_t rbuf;
 } zcopy_plan_args_t;
 
 #define ZCOPY_PLAN_IN_PLACE 0x1u
+/* The root of a bcast, gather or scatter moves every block itself (server
+ * path, where ranks outnumber cores: server/run.c). */
+#define ZCOPY_PLAN_ROOT_MOVES 0x2u
 
 /* The v-collectives' vectors a rank publishes, in bytes, for its peers'
  * algorithms: a gatherv or scatterv root its displacements as vector 0; an

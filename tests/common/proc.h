@@ -40,4 +40,20 @@ static inline int proc_count_maps(const char *needle)
     return n;
 }
 
+/* The process's virtual size in bytes (0 if unknown): tests that make a
+ * peer's memory unmappable set RLIMIT_AS just above it. */
+static inline unsigned long proc_vm_size(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long kb = 0;
+
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %lu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
 #endif

@@ -746,20 +746,6 @@ static void run_release(void)
 
 /* --- a peer's memory that cannot be mapped ------------------------------- */
 
-static unsigned long vm_size_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    unsigned long kb = 0;
-
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmSize: %lu kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb * 1024;
-}
-
 static void mapfail_allreduce(double *in, double *out, size_t count,
                               bool expect_zcopy, const char *what)
 {
@@ -806,7 +792,7 @@ static void run_mapfail(void)
     getrlimit(RLIMIT_AS, &old);
     tight = old;
     if (rank == 0) {
-        tight.rlim_cur = vm_size_bytes() + 16 * MIB;
+        tight.rlim_cur = proc_vm_size() + 16 * MIB;
         zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
     }
     mapfail_allreduce(in, out, count, false, "allreduce, rank 0 out of "
@@ -928,7 +914,7 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
                                                    : "limit lifted, was", victims);
         ip_fill(coll, buf, count);
         if (limited && victim) {
-            tight.rlim_cur = vm_size_bytes() + 16 * MIB;
+            tight.rlim_cur = proc_vm_size() + 16 * MIB;
             zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
         }
         before = zt_stats(MPI_COMM_WORLD);
@@ -1008,7 +994,7 @@ static void run_setupretry(void)
     getrlimit(RLIMIT_AS, &old);
     tight = old;
     if (rank == 0) { /* no room for one more mapping */
-        tight.rlim_cur = vm_size_bytes();
+        tight.rlim_cur = proc_vm_size();
         zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
     }
     arm("allreduce whose set-up runs out of memory");

@@ -4,9 +4,11 @@
  *
  * Every algorithm follows the same shape: arrival (done by the caller),
  * loads and stores through peers' mappings, then zcopy_ctl_sync so that no
- * rank returns while a peer may still touch its buffers. Every rank passes
- * the same syncs whatever its role, even after a failure (which it reports
- * through the sync), so a failure can never hang the job.
+ * rank returns while a peer may still touch its buffers; or, where only the
+ * root touched peers' buffers, zcopy_ctl_sync_from, for which the others
+ * wait for the root alone. Every rank passes the same syncs whatever its
+ * role, even after a failure (which it reports through the sync), so a
+ * failure can never hang the job.
  */
 #ifndef ZCOPY_COLL_ALGO_H
 #define ZCOPY_COLL_ALGO_H
@@ -98,6 +100,22 @@ static inline bool zcopy_algo_any_in_place(const zcopy_algo_t *al)
 static inline zcopy_status_t zcopy_algo_done(zcopy_algo_t *al)
 {
     return zcopy_algo_finish(al) ? ZCOPY_FALLBACK : ZCOPY_SUCCESS;
+}
+
+/* Whether the root of this rooted call moves every block itself, as its
+ * record says (the same answer on every rank). */
+static inline bool zcopy_algo_root_moves(const zcopy_algo_t *al)
+{
+    return zcopy_algo_args(al, al->a->root)->flags & ZCOPY_PLAN_ROOT_MOVES;
+}
+
+/* The end of a call in which only the root touched peers' buffers: the
+ * others wait for the root alone, the root for nobody. */
+static inline zcopy_status_t zcopy_algo_done_by_root(zcopy_algo_t *al)
+{
+    return zcopy_ctl_sync_from(al->ctl, al->a->root,
+                               al->failed ? ZCOPY_SYNC_FAILED : 0)
+               ? ZCOPY_FALLBACK : ZCOPY_SUCCESS;
 }
 
 zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al);

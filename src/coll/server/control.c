@@ -330,6 +330,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         st = vote.value;
         goto out;
     }
+    ctl->crowded = vote.any;
     ctl->inline_limit = zcopy_ctl_inline_limit(vote.any);
     if (ctl->inline_limit > seg.inline_cap)
         ctl->inline_limit = seg.inline_cap;
@@ -512,6 +513,30 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
         any |= (unsigned)(v & ZCOPY_SYNC_MASK);
     }
     return any;
+}
+
+unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags)
+{
+    zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
+    const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, leader);
+    uint64_t target = ++ctl->syncs;
+    zcopy_wait_t w;
+    uint64_t v;
+
+    ctl_count(ctl, sizeof(own->sync));
+    /* The leader's word is rewritten only at its next sync, after this
+     * rank has arrived at the next collective: read in time. */
+    atomic_store_explicit(&own->sync,
+                          target << ZCOPY_SYNC_BITS | (flags & ZCOPY_SYNC_MASK),
+                          memory_order_release);
+    if (ctl->rank == leader)
+        return flags & ZCOPY_SYNC_MASK;
+    ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
+    /* Acquire: the leader's stores into this rank's buffers are visible. */
+    while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
+            ZCOPY_SYNC_BITS) < target)
+        zcopy_wait_relax(&w, leader);
+    return (unsigned)(v & ZCOPY_SYNC_MASK);
 }
 
 zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,

@@ -32,6 +32,11 @@
  * rank at k + 2, after it saw every peer arrive at k + 1: by then every
  * peer has finished collective k and its reading of them. Ineligible ranks
  * never write them, so they may run ahead freely.
+ *
+ * Syncs come only after a collective's arrivals, so a rank stores its next
+ * sync word only once every peer has entered the next collective, that is,
+ * has read this one's words. That is what lets a one-sided sync
+ * (zcopy_ctl_sync_from) leave its leader free at once.
  */
 #ifndef ZCOPY_COLL_CONTROL_H
 #define ZCOPY_COLL_CONTROL_H
@@ -107,6 +112,8 @@ typedef struct zcopy_ctl {
                                      this collective */
     uint64_t syncs;               /* syncs passed in the current lifetime */
     bool yield;                   /* more local ranks than cores */
+    bool crowded;                 /* some rank's waits yield: the same on
+                                     every rank (agreed at set-up) */
     uint64_t sent_msgs;           /* records published for peers */
     uint64_t sent_bytes;
     zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
@@ -214,9 +221,18 @@ static inline bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
     return zcopy_ctl_sync_flags(ctl, failed ? ZCOPY_SYNC_FAILED : 0) != 0;
 }
 
-/* Whether @rank reported FAILED at the sync this rank passed last: the
- * same answer on every rank until the next collective's first sync, which
- * no rank can pass before every rank has left this one. */
+/* A sync after a step in which only @leader touched peers' buffers, so
+ * that only it can have failed: every rank counts it as a full sync, but
+ * the leader waits for nobody and the others for the leader alone (where
+ * ranks outnumber cores, one scheduler round fewer). Returns what the
+ * leader reported. */
+unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags);
+
+/* Whether @rank reported FAILED at the sync this rank passed last, a full
+ * one (after a one-sided sync, peers other than its leader may not have
+ * stored their word yet): the same answer on every rank until the next
+ * collective's first sync, which no rank can pass before every rank has
+ * left this one. */
 static inline bool zcopy_ctl_failed_at_sync(const zcopy_ctl_t *ctl, int rank)
 {
     return atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,

@@ -2,6 +2,8 @@
  * Pure data movement: allgather(v), bcast, gather(v), scatter(v). Each rank
  * moves its own share at once: allgather and scatter pull into the local
  * output, gather pushes into the root's output, bcast pulls from the root.
+ * Where ranks outnumber cores, a root whose record says so moves every
+ * block itself instead (server/run.c says when), and only it can fail.
  * Peers are visited starting after this rank so that ranks do not all read
  * the same peer first. No rank writes any input (in place included), so a
  * call a rank could not finish is redone by the fallback.
@@ -46,6 +48,23 @@ zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
     return zcopy_algo_done(al);
 }
 
+/* The root writes its buffer into every other rank's. */
+static zcopy_status_t bcast_by_root(zcopy_algo_t *al, size_t len)
+{
+    const int n = al->nranks, r = al->rank;
+
+    if (r != al->a->root)
+        return zcopy_algo_done_by_root(al);
+    for (int k = 1; k < n; k++) {
+        int j = (r + k) % n;
+        zcopy_algo_copy(al,
+                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf, 0,
+                                      len),
+                        al->a->rbuf, len, true);
+    }
+    return zcopy_algo_done_by_root(al);
+}
+
 /* Small: every rank pulls the whole message from the root. Large: the
  * message is cut into one slice per rank and rank k copies slice k from the
  * root to every other rank, so all ranks copy at once, the root included. */
@@ -56,6 +75,8 @@ zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al)
     const uint8_t *src;
     size_t lo, hi;
 
+    if (zcopy_algo_root_moves(al))
+        return bcast_by_root(al, len);
     src = zcopy_algo_at(al, root, zcopy_algo_args(al, root)->sbuf, 0, len);
     if (len <= zcopy_config.small_msg) {
         if (r != root)
@@ -90,6 +111,33 @@ static size_t root_offset(zcopy_algo_t *al, bool vector, size_t block, int j)
     return block * (size_t)j;
 }
 
+/* The root pulls every block from its rank's input. */
+static zcopy_status_t gather_by_root(zcopy_algo_t *al, bool vector)
+{
+    const zcopy_coll_args_t *a = al->a;
+    const int n = al->nranks, r = al->rank;
+    uint8_t *out = a->rbuf;
+    size_t len, off;
+
+    if (r != a->root)
+        return zcopy_algo_done_by_root(al);
+    for (int k = 1; k < n; k++) {
+        int j = (r + k) % n;
+        len = vector ? (size_t)a->rcounts[j] * al->rsize : a->rcount * al->rsize;
+        off = root_offset(al, vector, len, j);
+        zcopy_algo_copy(al, out + off,
+                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->sbuf, 0,
+                                      len),
+                        len, true);
+    }
+    if (a->sbuf != MPI_IN_PLACE) {
+        len = vector ? (size_t)a->rcounts[r] * al->rsize : a->rcount * al->rsize;
+        zcopy_algo_copy(al, out + root_offset(al, vector, len, r), a->sbuf,
+                        len, false);
+    }
+    return zcopy_algo_done_by_root(al);
+}
+
 zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
 {
     const zcopy_coll_args_t *a = al->a;
@@ -98,6 +146,8 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
     const size_t len = a->scount * al->ssize;
     uint64_t out = zcopy_algo_args(al, root)->rbuf;
 
+    if (zcopy_algo_root_moves(al))
+        return gather_by_root(al, vector);
     if (r != root)
         zcopy_algo_copy(al,
                         zcopy_algo_at(al, root, out, root_offset(al, vector, len, r),
@@ -109,6 +159,32 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
     return zcopy_algo_done(al);
 }
 
+/* The root pushes every block into its rank's output. */
+static zcopy_status_t scatter_by_root(zcopy_algo_t *al, bool vector)
+{
+    const zcopy_coll_args_t *a = al->a;
+    const int n = al->nranks, r = al->rank;
+    const uint8_t *in = a->sbuf;
+    size_t len;
+
+    if (r != a->root)
+        return zcopy_algo_done_by_root(al);
+    for (int k = 1; k < n; k++) {
+        int j = (r + k) % n;
+        len = vector ? (size_t)a->scounts[j] * al->ssize : a->scount * al->ssize;
+        zcopy_algo_copy(al,
+                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf, 0,
+                                      len),
+                        in + root_offset(al, vector, len, j), len, true);
+    }
+    if (a->rbuf != MPI_IN_PLACE) {
+        len = vector ? (size_t)a->scounts[r] * al->ssize : a->scount * al->ssize;
+        zcopy_algo_copy(al, a->rbuf, in + root_offset(al, vector, len, r), len,
+                        false);
+    }
+    return zcopy_algo_done_by_root(al);
+}
+
 zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
 {
     const zcopy_coll_args_t *a = al->a;
@@ -117,6 +193,8 @@ zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
     uint64_t in = zcopy_algo_args(al, root)->sbuf;
     size_t len;
 
+    if (zcopy_algo_root_moves(al))
+        return scatter_by_root(al, vector);
     if (r != root) {
         len = a->rcount * al->rsize;
         zcopy_algo_copy(al, a->rbuf,

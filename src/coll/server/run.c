@@ -71,6 +71,40 @@ static zcopy_status_t server_run_inline(zcopy_comm_t *zc,
     return ZCOPY_SUCCESS;
 }
 
+/* Where ranks outnumber cores, a step that waits for every rank lasts
+ * until the scheduler has run them all. The root of a bcast, gather or
+ * scatter that moves at most coll_zcopy_root_moves_max bytes to or from
+ * its peers then moves every block itself (movement.c), so that the others
+ * wait for it alone and it waits for nobody: the departure no longer waits
+ * for every rank. Only the root knows every block's size (the v-forms), so
+ * it decides, and its record tells the others. */
+static void server_plan_root_moves(const zcopy_comm_t *zc,
+                                   const zcopy_coll_args_t *a,
+                                   coll_plan_t *plan)
+{
+    const size_t peers = (size_t)zc->size - 1;
+    size_t moved;
+
+    switch (a->type) {
+    case ZCOPY_COLL_BCAST:
+        moved = plan->rlen * peers;
+        break;
+    case ZCOPY_COLL_GATHER:
+    case ZCOPY_COLL_GATHERV:
+        moved = plan->rlen;
+        break;
+    case ZCOPY_COLL_SCATTER:
+    case ZCOPY_COLL_SCATTERV:
+        moved = plan->slen;
+        break;
+    default:
+        return;
+    }
+    if (a->root == zc->rank && zc->ctl->crowded &&
+        moved <= zcopy_config.root_moves_max)
+        plan->args.flags |= ZCOPY_PLAN_ROOT_MOVES;
+}
+
 zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_algo_t al = { .zc = zc, .ctl = zc->ctl, .a = a, .rank = zc->rank,
@@ -92,6 +126,7 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         return server_run_inline(zc, a, &plan, inline_total);
     al.ssize = plan.ssize;
     al.rsize = plan.rsize;
+    server_plan_root_moves(zc, a, &plan);
     al.seq = zcopy_ctl_publish(zc->ctl, &plan);
     /* While the arrival travels: fetch the peer data the last call read. */
     zcopy_ctl_prefetch_hints(zc->ctl);
