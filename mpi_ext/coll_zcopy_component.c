@@ -210,11 +210,12 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->inline_max_yield);
     zcopy_register_ulong("root_moves_max",
         "Where ranks outnumber cores (waits yield the processor), the root "
-        "of a bcast, gather(v) or scatter(v) inside one server that moves "
-        "at most this many bytes to or from its peers moves them all "
-        "itself: the other ranks then wait for the root alone and the root "
-        "for nobody, one trip through the scheduler fewer. The root "
-        "decides and tells the others, so ranks may differ. 0: never",
+        "of a bcast, gather(v), scatter(v) or reduce inside one server that "
+        "moves at most this many bytes to or from its peers moves (or "
+        "reduces) them all itself: the other ranks then wait for the root "
+        "alone and the root for nobody, one trip through the scheduler "
+        "fewer. The root decides and tells the others, so ranks may "
+        "differ. 0: never",
         OPAL_INFO_LVL_9, &c->root_moves_max);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "

@@ -3,15 +3,19 @@
  *
  *   test_root_moves root   waits yield (coll_zcopy_yield=1) and the blocks
  *                          fit coll_zcopy_root_moves_max: the root of bcast,
- *                          gather(v) and scatter(v) moves every block itself
+ *                          gather(v) and scatter(v) moves every block itself,
+ *                          the root of a reduce reduces every input alone
  *   test_root_moves peers  coll_zcopy_root_moves_max=0: every other rank
- *                          moves its own block, as where waits spin
+ *                          moves its own block (or reduces a slice), as
+ *                          where waits spin
  *
  * Each call's result is checked on every rank, and each rank's ipc_bytes
  * delta says who moved what: under `root` the root counts every peer's
- * block and the others nothing; under `peers` the reverse. Both run
- * zero-copy and not inline (the blocks exceed the inline limit), every
- * root in turn, in place and not, as in the MPI standard's examples.
+ * block and the others nothing; under `peers` the reverse (bcasts above
+ * coll_zcopy_small_msg go by slices, counted over all ranks). Every call
+ * runs zero-copy and not inline (the blocks exceed the inline limit),
+ * every root in turn, in place and not, as in the MPI standard's
+ * examples; a scatter above the limit takes the peers' way in both modes.
  * First, under `root`, a root that cannot map its peers (out of address
  * space) must take every rank to the fallback, with right results: it
  * alone moved data, so it alone could fail, and the others learn it from
@@ -47,36 +51,48 @@ static int value(int owner, int i, int call)
     return owner * 1000003 + i * 7 + call;
 }
 
-/* Checks the stats deltas of one call on this rank: one zero-copy call,
- * not inline, and @want bytes through the mappings (or, when @want is
- * ANY_BYTES, @total over all ranks). */
-#define ANY_BYTES (~0ull)
-
-static void check_path(const char *what, int root, const MPIX_Zcopy_stats *b,
-                       unsigned long long want, unsigned long long total)
+/* One zero-copy call on this rank since @b, through the mappings (not
+ * inline). */
+static void check_zcopy(const char *what, int root, const MPIX_Zcopy_stats *b)
 {
     MPIX_Zcopy_stats a = zt_stats(MPI_COMM_WORLD);
-    unsigned long long moved = a.ipc_bytes - b->ipc_bytes;
     unsigned long long calls = a.zcopy_calls - b->zcopy_calls;
     unsigned long long fallbacks = a.fallback_calls - b->fallback_calls;
     unsigned long long inlined = a.inline_calls - b->inline_calls;
-    unsigned long long all;
 
     ZT_CHECK(calls == 1 && fallbacks == 0 && inlined == 0,
              "%s root %d: not one mapped zero-copy call (zcopy %llu, "
              "fallback %llu, inline %llu)", what, root, calls, fallbacks,
              inlined);
-    if (want != ANY_BYTES) {
-        ZT_CHECK(moved == want, "%s root %d: rank %d moved %llu bytes "
-                 "through mappings, expected %llu (%s)", what, root, rank,
-                 moved, want, root_moves ? "the root moves every block"
-                                         : "each rank its own");
-        return;
-    }
+}
+
+/* Bytes this rank moved through the mappings since @b. */
+static unsigned long long moved_since(const MPIX_Zcopy_stats *b)
+{
+    return zt_stats(MPI_COMM_WORLD).ipc_bytes - b->ipc_bytes;
+}
+
+static void check_moved(const char *what, int root, const MPIX_Zcopy_stats *b,
+                        unsigned long long want)
+{
+    unsigned long long moved = moved_since(b);
+
+    ZT_CHECK(moved == want, "%s root %d: rank %d moved %llu bytes through "
+             "mappings, expected %llu (%s)", what, root, rank, moved, want,
+             root_moves ? "the root moves every block" : "each rank its own");
+}
+
+/* The same over all ranks together (collective). */
+static void check_moved_total(const char *what, int root,
+                              const MPIX_Zcopy_stats *b,
+                              unsigned long long want)
+{
+    unsigned long long moved = moved_since(b), all;
+
     MPI_Allreduce(&moved, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
                   MPI_COMM_WORLD);
-    ZT_CHECK(all == total, "%s root %d: %llu bytes through mappings on all "
-             "ranks, expected %llu", what, root, all, total);
+    ZT_CHECK(all == want, "%s root %d: %llu bytes through mappings on all "
+             "ranks, expected %llu", what, root, all, want);
 }
 
 static void check_ints(const char *what, int root, const int *got, int n,
@@ -111,20 +127,21 @@ static void run_bcast(int root, int ints, int call)
 {
     int *buf = take((size_t)ints * sizeof(int));
     const unsigned long long len = (unsigned long long)ints * sizeof(int);
-    unsigned long long want;
     MPIX_Zcopy_stats b;
 
     for (int i = 0; i < ints; i++)
         buf[i] = rank == root ? value(root, i, call) : -1;
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Bcast(buf, ints, MPI_INT, root, MPI_COMM_WORLD);
+    check_zcopy("bcast", root, &b);
     if (root_moves)
-        want = rank == root ? len * (unsigned long long)(nranks - 1) : 0;
+        check_moved("bcast", root, &b,
+                    rank == root ? len * (unsigned long long)(nranks - 1) : 0);
     else if (len <= 16384)
-        want = rank == root ? 0 : len;
+        check_moved("bcast", root, &b, rank == root ? 0 : len);
     else /* slices: each rank's, from the root to every other rank */
-        want = ANY_BYTES;
-    check_path("bcast", root, &b, want, len * (unsigned long long)(nranks - 1));
+        check_moved_total("bcast", root, &b,
+                          len * (unsigned long long)(nranks - 1));
     check_ints("bcast", root, buf, ints, root, call);
 }
 
@@ -166,7 +183,8 @@ static void run_gather(int root, bool vector, bool in_place, int call)
     else
         MPI_Gather(rank == root && in_place ? MPI_IN_PLACE : send, mine,
                    MPI_INT, recv, BLOCK_INTS, MPI_INT, root, MPI_COMM_WORLD);
-    check_path(what, root, &b, expect_moved(root, root_moves, counts), 0);
+    check_zcopy(what, root, &b);
+    check_moved(what, root, &b, expect_moved(root, root_moves, counts));
     for (int j = 0; j < nranks && rank == root; j++)
         check_ints(what, root, recv + displs[j], counts[j], j, call);
     free(counts);
@@ -207,13 +225,50 @@ static void run_scatter(int root, bool vector, bool in_place, int ints,
         MPI_Scatter(send, ints, MPI_INT,
                     rank == root && in_place ? MPI_IN_PLACE : recv, ints,
                     MPI_INT, root, MPI_COMM_WORLD);
-    check_path(what, root, &b, expect_moved(root, by_root, counts), 0);
+    check_zcopy(what, root, &b);
+    check_moved(what, root, &b, expect_moved(root, by_root, counts));
     if (rank != root || !in_place)
         check_ints(what, root, recv, mine, rank, call);
     else /* in place: the root's own block stays where it was */
         check_ints(what, root, send + displs[rank], mine, rank, call);
     free(counts);
     free(displs);
+}
+
+/* A reduce of 32 KiB, above coll_zcopy_small_msg (where the root reduces
+ * alone whatever the setting): under `root` the root reads every other
+ * input itself; under `peers` every rank reduces a slice. */
+static void run_reduce(int root, bool in_place, int call)
+{
+    const char *what = in_place ? "reduce in place" : "reduce";
+    const int ints = 2 * BLOCK_INTS;
+    const unsigned long long len = (unsigned long long)ints * sizeof(int);
+    int *send = take((size_t)len), *recv = take((size_t)len);
+    MPIX_Zcopy_stats b;
+    long bad = -1;
+
+    for (int i = 0; i < ints; i++) {
+        send[i] = value(rank, i, call);
+        recv[i] = rank == root && in_place ? send[i] : -1;
+    }
+    b = zt_stats(MPI_COMM_WORLD);
+    MPI_Reduce(rank == root && in_place ? MPI_IN_PLACE : send, recv, ints,
+               MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+    check_zcopy(what, root, &b);
+    if (root_moves)
+        check_moved(what, root, &b,
+                    rank == root ? len * (unsigned long long)(nranks - 1) : 0);
+    else /* slices: each rank reads its slice of every input */
+        ZT_CHECK(moved_since(&b) > 0, "%s root %d: rank %d reduced no "
+                 "slice", what, root, rank);
+    for (int i = 0; i < ints && rank == root && bad < 0; i++) {
+        long long sum = 0;
+        for (int j = 0; j < nranks; j++)
+            sum += value(j, i, call);
+        if (recv[i] != (int)sum)
+            bad = i;
+    }
+    ZT_CHECK(bad < 0, "%s root %d: element %ld is wrong", what, root, bad);
 }
 
 /* Rank 0 has mapped no peer yet: its first import of each peer needs a
@@ -282,6 +337,10 @@ int main(int argc, char **argv)
                 cursor = 0;
                 run_scatter(root, v, ip, BLOCK_INTS, root_moves, ++call);
             }
+        for (int ip = 0; ip < 2; ip++) {
+            cursor = 0;
+            run_reduce(root, ip, ++call);
+        }
         /* Over coll_zcopy_root_moves_max (1 MiB): every rank its own. */
         cursor = 0;
         run_scatter(root, false, false, LARGE_INTS, false, ++call);

@@ -71,6 +71,13 @@ static inline void zcopy_algo_copy(zcopy_algo_t *al, void *dst,
         al->ipc_bytes += len;
 }
 
+/* What this rank reports at the end of its part. */
+static inline unsigned zcopy_algo_report(const zcopy_algo_t *al)
+{
+    return al->broken   ? ZCOPY_SYNC_BROKEN
+           : al->failed ? ZCOPY_SYNC_FAILED : 0;
+}
+
 /* Ends the collective: true when it failed on any rank. */
 static inline bool zcopy_algo_finish(zcopy_algo_t *al)
 {
@@ -80,9 +87,7 @@ static inline bool zcopy_algo_finish(zcopy_algo_t *al)
 /* The last sync of an algorithm that may repair: what the ranks reported. */
 static inline unsigned zcopy_algo_finish_flags(zcopy_algo_t *al)
 {
-    return zcopy_ctl_sync_flags(al->ctl,
-                                al->broken   ? ZCOPY_SYNC_BROKEN
-                                : al->failed ? ZCOPY_SYNC_FAILED : 0);
+    return zcopy_ctl_sync_flags(al->ctl, zcopy_algo_report(al));
 }
 
 /* Whether any rank's arguments of this collective were MPI_IN_PLACE. */
@@ -102,8 +107,9 @@ static inline zcopy_status_t zcopy_algo_done(zcopy_algo_t *al)
     return zcopy_algo_finish(al) ? ZCOPY_FALLBACK : ZCOPY_SUCCESS;
 }
 
-/* Whether the root of this rooted call moves every block itself, as its
- * record says (the same answer on every rank). */
+/* Whether the root of this rooted call moves every block itself (or, for
+ * a reduce, reduces every input alone), as its record says: the same
+ * answer on every rank. */
 static inline bool zcopy_algo_root_moves(const zcopy_algo_t *al)
 {
     return zcopy_algo_args(al, al->a->root)->flags & ZCOPY_PLAN_ROOT_MOVES;
@@ -113,8 +119,7 @@ static inline bool zcopy_algo_root_moves(const zcopy_algo_t *al)
  * others wait for the root alone, the root for nobody. */
 static inline zcopy_status_t zcopy_algo_done_by_root(zcopy_algo_t *al)
 {
-    return zcopy_ctl_sync_from(al->ctl, al->a->root,
-                               al->failed ? ZCOPY_SYNC_FAILED : 0)
+    return zcopy_ctl_sync_from(al->ctl, al->a->root, zcopy_algo_report(al))
                ? ZCOPY_FALLBACK : ZCOPY_SUCCESS;
 }
 

@@ -150,13 +150,16 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
     uint8_t **ins = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_INPUTS), *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
-    const bool small = bytes <= zcopy_config.small_msg;
+    const bool small = bytes <= zcopy_config.small_msg ||
+                       zcopy_algo_root_moves(al);
     const bool in_place = zcopy_algo_args(al, root)->flags & ZCOPY_PLAN_IN_PLACE;
     size_t lo, hi, chunk = zcopy_chunk_elems(e);
     unsigned flags;
 
-    /* Small: the root alone reduces; nobody else maps anything (a rank
-     * that could not would fail a call the root completed). */
+    /* Small (or where waits yield, up to what the root's record allows):
+     * the root alone reduces; nobody else maps anything (a rank that could
+     * not would fail a call the root completed), so the others wait for
+     * the root alone at the end. */
     if (count == 0 || (small && al->rank != root) ||
         !map_all(al, true, bytes, ins))
         goto out;
@@ -176,7 +179,8 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
             al->ipc_bytes += len * e;
     }
 out:
-    flags = zcopy_algo_finish_flags(al);
+    flags = small ? zcopy_ctl_sync_from(al->ctl, root, zcopy_algo_report(al))
+                  : zcopy_algo_finish_flags(al);
     if (flags == 0)
         return ZCOPY_SUCCESS;
     if (flags & ZCOPY_SYNC_BROKEN)

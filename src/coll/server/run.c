@@ -72,11 +72,11 @@ static zcopy_status_t server_run_inline(zcopy_comm_t *zc,
 }
 
 /* Where ranks outnumber cores, a step that waits for every rank lasts
- * until the scheduler has run them all. The root of a bcast, gather or
- * scatter that moves at most coll_zcopy_root_moves_max bytes to or from
- * its peers then moves every block itself (movement.c), so that the others
- * wait for it alone and it waits for nobody: the departure no longer waits
- * for every rank. Only the root knows every block's size (the v-forms), so
+ * until the scheduler has run them all. The root of a bcast, gather,
+ * scatter or reduce that moves at most coll_zcopy_root_moves_max bytes to
+ * or from its peers then moves (or reduces) every block itself
+ * (movement.c, reduction.c), so that the others wait for it alone and it
+ * waits for nobody: the departure no longer waits for every rank. Only the root knows every block's size (the v-forms), so
  * it decides, and its record tells the others. */
 static void server_plan_root_moves(const zcopy_comm_t *zc,
                                    const zcopy_coll_args_t *a,
@@ -88,6 +88,9 @@ static void server_plan_root_moves(const zcopy_comm_t *zc,
     switch (a->type) {
     case ZCOPY_COLL_BCAST:
         moved = plan->rlen * peers;
+        break;
+    case ZCOPY_COLL_REDUCE: /* the root reads every other input */
+        moved = plan->slen * peers;
         break;
     case ZCOPY_COLL_GATHER:
     case ZCOPY_COLL_GATHERV:
