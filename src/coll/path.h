@@ -37,8 +37,8 @@ typedef struct {
 } zcopy_plan_args_t;
 
 #define ZCOPY_PLAN_IN_PLACE 0x1u
-/* The root of a bcast, gather or scatter moves every block itself (server
- * path, where ranks outnumber cores: server/run.c). */
+/* The root of a bcast, gather, scatter or reduce moves (or reduces) every
+ * block itself (server path, where ranks outnumber cores: server/run.c). */
 #define ZCOPY_PLAN_ROOT_MOVES 0x2u
 
 /* The v-collectives' vectors a rank publishes, in bytes, for its peers'

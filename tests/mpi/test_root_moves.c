@@ -137,7 +137,7 @@ static void run_bcast(int root, int ints, int call)
     if (root_moves)
         check_moved("bcast", root, &b,
                     rank == root ? len * (unsigned long long)(nranks - 1) : 0);
-    else if (len <= 16384)
+    else if (len <= zt_cvar_ulong("coll_zcopy_small_msg", 16384))
         check_moved("bcast", root, &b, rank == root ? 0 : len);
     else /* slices: each rank's, from the root to every other rank */
         check_moved_total("bcast", root, &b,
@@ -152,25 +152,35 @@ static int count_of(int j, bool vector, int ints)
     return vector ? ints + 16 * j : ints;
 }
 
+/* The blocks of @ints ints per rank in the root's buffer: in rank order,
+ * or, in the v-forms, in reverse rank order with a gap after each. Returns
+ * the ints between two blocks' starts. */
+static int layout(bool vector, int ints, int *counts, int *displs)
+{
+    const int stride = vector ? 2 * ints : ints;
+
+    for (int j = 0; j < nranks; j++) {
+        counts[j] = count_of(j, vector, ints);
+        displs[j] = (vector ? nranks - 1 - j : j) * stride;
+    }
+    return stride;
+}
+
 /* gather, or gatherv with blocks in reverse rank order and gaps. */
 static void run_gather(int root, bool vector, bool in_place, int call)
 {
     const char *what = vector ? (in_place ? "gatherv in place" : "gatherv")
                               : (in_place ? "gather in place" : "gather");
-    /* v-form: room for the largest block, and a gap */
-    const int stride = vector ? 2 * BLOCK_INTS : BLOCK_INTS;
     const int mine = count_of(rank, vector, BLOCK_INTS);
     int *counts = malloc(sizeof(int) * (size_t)nranks);
     int *displs = malloc(sizeof(int) * (size_t)nranks);
     int *send = take((size_t)mine * sizeof(int));
-    int *recv = take((size_t)stride * (size_t)nranks * sizeof(int));
+    int *recv, stride;
     MPIX_Zcopy_stats b;
 
     zt_require(counts && displs, "malloc");
-    for (int j = 0; j < nranks; j++) {
-        counts[j] = count_of(j, vector, BLOCK_INTS);
-        displs[j] = (vector ? nranks - 1 - j : j) * stride;
-    }
+    stride = layout(vector, BLOCK_INTS, counts, displs);
+    recv = take((size_t)stride * (size_t)nranks * sizeof(int));
     for (int i = 0; i < mine; i++)
         send[i] = value(rank, i, call);
     if (rank == root && in_place)
@@ -199,21 +209,19 @@ static void run_scatter(int root, bool vector, bool in_place, int ints,
 {
     const char *what = vector ? (in_place ? "scatterv in place" : "scatterv")
                               : (in_place ? "scatter in place" : "scatter");
-    const int stride = vector ? 2 * ints : ints;
     const int mine = count_of(rank, vector, ints);
     int *counts = malloc(sizeof(int) * (size_t)nranks);
     int *displs = malloc(sizeof(int) * (size_t)nranks);
-    int *send = take((size_t)stride * (size_t)nranks * sizeof(int));
     int *recv = take((size_t)mine * sizeof(int));
+    int *send, stride;
     MPIX_Zcopy_stats b;
 
     zt_require(counts && displs, "malloc");
-    for (int j = 0; j < nranks; j++) {
-        counts[j] = count_of(j, vector, ints);
-        displs[j] = (vector ? nranks - 1 - j : j) * stride;
-        for (int i = 0; i < counts[j] && rank == root; i++)
+    stride = layout(vector, ints, counts, displs);
+    send = take((size_t)stride * (size_t)nranks * sizeof(int));
+    for (int j = 0; j < nranks && rank == root; j++)
+        for (int i = 0; i < counts[j]; i++)
             send[displs[j] + i] = value(j, i, call);
-    }
     for (int i = 0; i < mine; i++)
         recv[i] = -1;
     b = zt_stats(MPI_COMM_WORLD);

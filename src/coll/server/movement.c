@@ -23,10 +23,12 @@ static void block_of(bool vector, const int *counts, const int *displs,
     }
 }
 
-zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
+/* Pulls every other rank's input into this rank's output, laid out as
+ * this rank's receive counts and displacements say, and its own input
+ * unless in place: an allgather's part, or a whole gather at its root. */
+static void pull_blocks(zcopy_algo_t *al, bool vector)
 {
     const zcopy_coll_args_t *a = al->a;
-    const bool vector = a->type == ZCOPY_COLL_ALLGATHERV;
     const int n = al->nranks, r = al->rank;
     uint8_t *rbuf = a->rbuf;
     size_t off, len;
@@ -45,6 +47,11 @@ zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
                  &off, &len);
         zcopy_algo_copy(al, rbuf + off, a->sbuf, len, false);
     }
+}
+
+zcopy_status_t zcopy_algo_allgather(zcopy_algo_t *al)
+{
+    pull_blocks(al, al->a->type == ZCOPY_COLL_ALLGATHERV);
     return zcopy_algo_done(al);
 }
 
@@ -111,30 +118,11 @@ static size_t root_offset(zcopy_algo_t *al, bool vector, size_t block, int j)
     return block * (size_t)j;
 }
 
-/* The root pulls every block from its rank's input. */
+/* The root pulls every block from its rank's input (its own layout). */
 static zcopy_status_t gather_by_root(zcopy_algo_t *al, bool vector)
 {
-    const zcopy_coll_args_t *a = al->a;
-    const int n = al->nranks, r = al->rank;
-    uint8_t *out = a->rbuf;
-    size_t len, off;
-
-    if (r != a->root)
-        return zcopy_algo_done_by_root(al);
-    for (int k = 1; k < n; k++) {
-        int j = (r + k) % n;
-        len = vector ? (size_t)a->rcounts[j] * al->rsize : a->rcount * al->rsize;
-        off = root_offset(al, vector, len, j);
-        zcopy_algo_copy(al, out + off,
-                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->sbuf, 0,
-                                      len),
-                        len, true);
-    }
-    if (a->sbuf != MPI_IN_PLACE) {
-        len = vector ? (size_t)a->rcounts[r] * al->rsize : a->rcount * al->rsize;
-        zcopy_algo_copy(al, out + root_offset(al, vector, len, r), a->sbuf,
-                        len, false);
-    }
+    if (al->rank == al->a->root)
+        pull_blocks(al, vector);
     return zcopy_algo_done_by_root(al);
 }
 
@@ -159,28 +147,29 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
     return zcopy_algo_done(al);
 }
 
-/* The root pushes every block into its rank's output. */
+/* The root pushes every block into its rank's output (its own layout). */
 static zcopy_status_t scatter_by_root(zcopy_algo_t *al, bool vector)
 {
     const zcopy_coll_args_t *a = al->a;
     const int n = al->nranks, r = al->rank;
     const uint8_t *in = a->sbuf;
-    size_t len;
+    size_t len, off;
 
     if (r != a->root)
         return zcopy_algo_done_by_root(al);
     for (int k = 1; k < n; k++) {
         int j = (r + k) % n;
-        len = vector ? (size_t)a->scounts[j] * al->ssize : a->scount * al->ssize;
+        block_of(vector, a->scounts, a->sdispls, a->scount, al->ssize, j,
+                 &off, &len);
         zcopy_algo_copy(al,
                         zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf, 0,
                                       len),
-                        in + root_offset(al, vector, len, j), len, true);
+                        in + off, len, true);
     }
     if (a->rbuf != MPI_IN_PLACE) {
-        len = vector ? (size_t)a->scounts[r] * al->ssize : a->scount * al->ssize;
-        zcopy_algo_copy(al, a->rbuf, in + root_offset(al, vector, len, r), len,
-                        false);
+        block_of(vector, a->scounts, a->sdispls, a->scount, al->ssize, r,
+                 &off, &len);
+        zcopy_algo_copy(al, a->rbuf, in + off, len, false);
     }
     return zcopy_algo_done_by_root(al);
 }

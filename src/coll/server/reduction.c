@@ -150,8 +150,8 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
     uint8_t **ins = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_INPUTS), *out;
     const size_t e = al->ssize, count = al->a->scount, bytes = count * e;
     const int root = al->a->root;
-    const bool small = bytes <= zcopy_config.small_msg ||
-                       zcopy_algo_root_moves(al);
+    const bool root_alone = bytes <= zcopy_config.small_msg ||
+                            zcopy_algo_root_moves(al);
     const bool in_place = zcopy_algo_args(al, root)->flags & ZCOPY_PLAN_IN_PLACE;
     size_t lo, hi, chunk = zcopy_chunk_elems(e);
     unsigned flags;
@@ -160,13 +160,13 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
      * the root alone reduces; nobody else maps anything (a rank that could
      * not would fail a call the root completed), so the others wait for
      * the root alone at the end. */
-    if (count == 0 || (small && al->rank != root) ||
+    if (count == 0 || (root_alone && al->rank != root) ||
         !map_all(al, true, bytes, ins))
         goto out;
     out = zcopy_algo_at(al, root, zcopy_algo_args(al, root)->rbuf, 0, bytes);
     if (out == NULL)
         goto out;
-    if (small) {
+    if (root_alone) {
         reduce_step(al, out, ins, root, 0, count);
         goto out;
     }
@@ -179,15 +179,17 @@ zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al)
             al->ipc_bytes += len * e;
     }
 out:
-    flags = small ? zcopy_ctl_sync_from(al->ctl, root, zcopy_algo_report(al))
-                  : zcopy_algo_finish_flags(al);
+    flags = root_alone
+                ? zcopy_ctl_sync_from(al->ctl, root, zcopy_algo_report(al))
+                : zcopy_algo_finish_flags(al);
     if (flags == 0)
         return ZCOPY_SUCCESS;
     if (flags & ZCOPY_SYNC_BROKEN)
         return reduction_broken(al);
-    /* Small, only the root can have failed, before writing anything. */
-    return in_place && !small ? repair_slices(al, count, root)
-                              : ZCOPY_FALLBACK;
+    /* Reduced by the root alone, only it can have failed, before writing
+     * anything. */
+    return in_place && !root_alone ? repair_slices(al, count, root)
+                                   : ZCOPY_FALLBACK;
 }
 
 /* After a sync that reported failure, in place: the blocks of the ranks

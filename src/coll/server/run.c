@@ -76,8 +76,9 @@ static zcopy_status_t server_run_inline(zcopy_comm_t *zc,
  * scatter or reduce that moves at most coll_zcopy_root_moves_max bytes to
  * or from its peers then moves (or reduces) every block itself
  * (movement.c, reduction.c), so that the others wait for it alone and it
- * waits for nobody: the departure no longer waits for every rank. Only the root knows every block's size (the v-forms), so
- * it decides, and its record tells the others. */
+ * waits for nobody: the departure no longer waits for every rank. Only
+ * the root knows every block's size (the v-forms), so it decides, and its
+ * record tells the others. */
 static void server_plan_root_moves(const zcopy_comm_t *zc,
                                    const zcopy_coll_args_t *a,
                                    coll_plan_t *plan)
