@@ -46,6 +46,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .inline_max = 1024,
     .inline_max_yield = 8192,
     .root_moves_max = 1048576,
+    .rooted_yield_min = 4096,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .yield = 0,
@@ -217,6 +218,14 @@ static int zcopy_register(void)
         "fewer. The root decides and tells the others, so ranks may "
         "differ. 0: never",
         OPAL_INFO_LVL_9, &c->root_moves_max);
+    zcopy_register_ulong("rooted_yield_min",
+        "Where ranks outnumber cores (waits yield the processor), a bcast, "
+        "reduce, gather or scatter inside one server that moves fewer "
+        "bytes per rank than this goes to the previous component on every "
+        "rank, counted as a fallback: zcopy's root waits for every rank's "
+        "arrival (the ranks agree before data moves), stock's sends and "
+        "leaves. 0: zcopy takes them all. Same value on every rank",
+        OPAL_INFO_LVL_9, &c->rooted_yield_min);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (and 1 MiB for all ranks "
@@ -269,6 +278,7 @@ static int zcopy_register(void)
     zcopy_config.inline_max = c->inline_max;
     zcopy_config.inline_max_yield = c->inline_max_yield;
     zcopy_config.root_moves_max = c->root_moves_max;
+    zcopy_config.rooted_yield_min = c->rooted_yield_min;
     zcopy_config.span_inline_max = c->span_inline_max;
     zcopy_config.span_dissemination_min =
         c->span_dissemination_min > 0 ? c->span_dissemination_min : 0;

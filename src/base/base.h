@@ -74,6 +74,9 @@ typedef struct {
     size_t root_moves_max;     /* bytes: where waits yield, a rooted call's
                                   root moves at most this much itself
                                   (server path) */
+    size_t rooted_yield_min;   /* bytes per rank: where waits yield, smaller
+                                  bcast, reduce, gather and scatter go to
+                                  the previous component (server path) */
     size_t span_inline_max;    /* the same between servers: payloads ride
                                   with the arrivals (coll/span.h caps) */
     int span_dissemination_min; /* servers from which the leaders pass

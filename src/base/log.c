@@ -12,6 +12,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .inline_max = 1024,
     .inline_max_yield = 8192,
     .root_moves_max = 1048576,
+    .rooted_yield_min = 4096,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .wait_report_s = 60,

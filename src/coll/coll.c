@@ -68,6 +68,7 @@ typedef struct {
     uint64_t inline_max;          /* coll_zcopy_inline_max */
     uint64_t inline_max_yield;    /* coll_zcopy_inline_max_yield */
     uint64_t span_inline_max;     /* coll_zcopy_span_inline_max */
+    uint64_t rooted_yield_min;    /* coll_zcopy_rooted_yield_min */
 } coll_settings_t;
 
 static const char *const setting_names[] = {
@@ -75,6 +76,7 @@ static const char *const setting_names[] = {
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
     "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
     "coll_zcopy_inline_max_yield", "coll_zcopy_span_dissemination_min",
+    "coll_zcopy_rooted_yield_min",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -95,8 +97,9 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 6;
     if (mine->inline_max_yield != root->inline_max_yield)
         return 7;
-    return mine->span_dissemination_min != root->span_dissemination_min ? 8
-                                                                        : 0;
+    if (mine->span_dissemination_min != root->span_dissemination_min)
+        return 8;
+    return mine->rooted_yield_min != root->rooted_yield_min ? 9 : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -117,6 +120,7 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .span_inline_max = zcopy_config.span_inline_max,
         .span_dissemination_min =
             (uint32_t)zcopy_config.span_dissemination_min,
+        .rooted_yield_min = zcopy_config.rooted_yield_min,
     };
     coll_settings_t root = mine;
     zcopy_comm_vote_t vote;
@@ -214,6 +218,7 @@ ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
 {
     if (zc->state != ZCOPY_COMM_READY || zc->span != NULL ||
         zcopy_registry_any_activated() ||
+        zcopy_server_may_hand_over(zc, type) ||
         !zcopy_coll_surely_has_data(zc, type, scount, rcount, root))
         return false;
     /* What zcopy_coll_run would have done before its own decline. */

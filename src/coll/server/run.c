@@ -8,6 +8,10 @@
 #include "server.h"
 #include "algo.h"
 
+#include "host/host.h"
+
+#include <stdint.h>
+
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
     [ZCOPY_COLL_ALLREDUCE] = zcopy_algo_allreduce,
     [ZCOPY_COLL_REDUCE] = zcopy_algo_reduce,
@@ -109,6 +113,55 @@ static void server_plan_root_moves(const zcopy_comm_t *zc,
         plan->args.flags |= ZCOPY_PLAN_ROOT_MOVES;
 }
 
+/* The bytes a small rooted call moves per rank, as every rank computes
+ * them from arguments MPI makes significant on it and equal across ranks
+ * (matching type signatures); SIZE_MAX for other collectives and the
+ * v-forms, whose sizes only the root knows. */
+static size_t server_rooted_bytes(const zcopy_comm_t *zc,
+                                  const zcopy_coll_args_t *a)
+{
+    const bool root = a->root == zc->rank;
+
+    switch (a->type) {
+    case ZCOPY_COLL_BCAST:
+    case ZCOPY_COLL_REDUCE:
+        return a->scount * zcopy_host.type_size(a->stype);
+    case ZCOPY_COLL_GATHER:
+        return root ? a->rcount * zcopy_host.type_size(a->rtype)
+                    : a->scount * zcopy_host.type_size(a->stype);
+    case ZCOPY_COLL_SCATTER:
+        return root ? a->scount * zcopy_host.type_size(a->stype)
+                    : a->rcount * zcopy_host.type_size(a->rtype);
+    default:
+        return SIZE_MAX;
+    }
+}
+
+/* Where waits yield, a small bcast, reduce, gather or scatter lasts a
+ * scheduler round under zcopy: the ranks agree before any data moves, so
+ * its root waits for every rank's arrival. Stock's root sends and leaves
+ * and its other ranks wait for the root alone, so its call can end before
+ * a rank that was off its core runs again (np 3 on 2 cores: 0.2-0.6 us
+ * against zcopy's 12). Such calls go to the previous component on every
+ * rank, each deciding alone, with no step, from sizes that agree and a
+ * limit and a crowding agreed at set-up. */
+static const char rooted_yield_reason[] = "small rooted call, waits yield";
+
+bool zcopy_server_may_hand_over(const zcopy_comm_t *zc,
+                                zcopy_coll_type_t type)
+{
+    return zc->ctl->crowded && zcopy_config.rooted_yield_min > 0 &&
+           (type == ZCOPY_COLL_BCAST || type == ZCOPY_COLL_REDUCE ||
+            type == ZCOPY_COLL_GATHER || type == ZCOPY_COLL_SCATTER);
+}
+
+static bool server_hands_rooted_over(const zcopy_comm_t *zc,
+                                     const zcopy_coll_args_t *a)
+{
+    return zc->ctl->crowded &&
+           server_rooted_bytes(zc, a) < zcopy_config.rooted_yield_min;
+}
+
 zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_algo_t al = { .zc = zc, .ctl = zc->ctl, .a = a, .rank = zc->rank,
@@ -118,6 +171,8 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_status_t st;
     int bad;
 
+    if (server_hands_rooted_over(zc, a))
+        return zcopy_coll_fallback(zc, a->type, rooted_yield_reason);
     zcopy_coll_plan(zc, a, &plan);
     if (plan.args.reason != REASON_NONE) {
         /* Not eligible: say so and leave, waiting for nobody. */
