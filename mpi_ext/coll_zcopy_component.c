@@ -222,9 +222,9 @@ static int zcopy_register(void)
         "Where ranks outnumber cores (waits yield the processor), a bcast, "
         "reduce, gather or scatter inside one server that moves fewer "
         "bytes per rank than this goes to the previous component on every "
-        "rank, counted as a fallback: zcopy's root waits for every rank's "
-        "arrival (the ranks agree before data moves), stock's sends and "
-        "leaves. 0: zcopy takes them all. Same value on every rank",
+        "rank, counted as a fallback: zcopy's ranks agree before data "
+        "moves, so each waits for others, where stock's senders leave once "
+        "they have sent. 0: zcopy takes them all. Same value on every rank",
         OPAL_INFO_LVL_9, &c->rooted_yield_min);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "

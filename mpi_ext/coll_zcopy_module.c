@@ -110,11 +110,13 @@ static int zcopy_route(mca_coll_zcopy_module_t *m, const zcopy_coll_args_t *a)
  * memory pays per collective. */
 static inline bool zcopy_declines_idle(const mca_coll_zcopy_module_t *m,
                                        zcopy_coll_type_t type, int scount,
-                                       int rcount, int root)
+                                       struct ompi_datatype_t *stype,
+                                       int rcount,
+                                       struct ompi_datatype_t *rtype, int root)
 {
     return !zcopy_internal_active() &&
-           zcopy_coll_decline_idle(m->zcomm, type, (size_t)scount,
-                                   (size_t)rcount, root);
+           zcopy_coll_decline_idle(m->zcomm, type, (size_t)scount, stype,
+                                   (size_t)rcount, rtype, root);
 }
 
 static int coll_zcopy_allreduce(const void *sbuf, void *rbuf, int count,
@@ -124,7 +126,8 @@ static int coll_zcopy_allreduce(const void *sbuf, void *rbuf, int count,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLREDUCE, count, count, -1))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLREDUCE, count, dtype, count,
+                             dtype, -1))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLREDUCE, .sbuf = sbuf,
                     .scount = count, .stype = dtype, .rbuf = rbuf,
                     .rcount = count, .rtype = dtype, .op = op);
@@ -138,7 +141,8 @@ static int coll_zcopy_reduce(const void *sbuf, void *rbuf, int count,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_REDUCE, count, count, root))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_REDUCE, count, dtype, count, dtype,
+                             root))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE, .sbuf = sbuf, .scount = count,
                     .stype = dtype, .rbuf = rbuf, .rcount = count,
                     .rtype = dtype, .op = op, .root = root);
@@ -166,8 +170,8 @@ static int coll_zcopy_reduce_scatter_block(const void *sbuf, void *rbuf,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_REDUCE_SCATTER_BLOCK, rcount, rcount,
-                             -1))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_REDUCE_SCATTER_BLOCK, rcount, dtype,
+                             rcount, dtype, -1))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_REDUCE_SCATTER_BLOCK, .sbuf = sbuf,
                     .scount = rcount, .stype = dtype, .rbuf = rbuf,
                     .rcount = rcount, .rtype = dtype, .op = op);
@@ -181,7 +185,8 @@ static int coll_zcopy_allgather(const void *sbuf, int scount,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLGATHER, scount, rcount, -1))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLGATHER, scount, stype, rcount,
+                             rtype, -1))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLGATHER, .sbuf = sbuf,
                     .scount = scount, .stype = stype, .rbuf = rbuf,
                     .rcount = rcount, .rtype = rtype);
@@ -209,7 +214,8 @@ static int coll_zcopy_bcast(void *buf, int count, struct ompi_datatype_t *dtype,
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_BCAST, count, count, root))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_BCAST, count, dtype, count, dtype,
+                             root))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_BCAST, .sbuf = buf, .scount = count,
                     .stype = dtype, .rbuf = buf, .rcount = count,
                     .rtype = dtype, .root = root);
@@ -223,7 +229,8 @@ static int coll_zcopy_gather(const void *sbuf, int scount, struct ompi_datatype_
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_GATHER, scount, rcount, root))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_GATHER, scount, stype, rcount,
+                             rtype, root))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_GATHER, .sbuf = sbuf,
                     .scount = scount, .stype = stype, .rbuf = rbuf,
                     .rcount = rcount, .rtype = rtype, .root = root);
@@ -253,7 +260,8 @@ static int coll_zcopy_scatter(const void *sbuf, int scount, struct ompi_datatype
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_SCATTER, scount, rcount, root))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_SCATTER, scount, stype, rcount,
+                             rtype, root))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_SCATTER, .sbuf = sbuf,
                     .scount = scount, .stype = stype, .rbuf = rbuf,
                     .rcount = rcount, .rtype = rtype, .root = root);
@@ -283,7 +291,8 @@ static int coll_zcopy_alltoall(const void *sbuf, int scount, struct ompi_datatyp
 {
     mca_coll_zcopy_module_t *m = ZCOPY_MODULE(module);
 
-    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLTOALL, scount, rcount, -1))
+    if (!zcopy_declines_idle(m, ZCOPY_COLL_ALLTOALL, scount, stype, rcount,
+                             rtype, -1))
         ZCOPY_ROUTE(m, .type = ZCOPY_COLL_ALLTOALL, .sbuf = sbuf,
                     .scount = scount, .stype = stype, .rbuf = rbuf,
                     .rcount = rcount, .rtype = rtype);

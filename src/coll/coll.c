@@ -6,7 +6,9 @@
  * both, a rank is eligible when each of its buffers lies wholly in
  * activated memory, the datatypes are contiguous and the op can be reduced
  * (plan.c); the ranks agree on it when they arrive, before any data moves,
- * and then all run zero-copy or all fall back.
+ * and then all run zero-copy or all fall back. (Where waits yield, small
+ * rooted calls go to the previous component by a rule that every rank
+ * applies alone: server/run.c.)
  */
 #include "path.h"
 #include "server/server.h"
@@ -213,17 +215,27 @@ void zcopy_coll_range_set(zcopy_comm_t *zc)
 
 ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
                                                  zcopy_coll_type_t type,
-                                                 size_t scount, size_t rcount,
-                                                 int root)
+                                                 size_t scount,
+                                                 MPI_Datatype stype,
+                                                 size_t rcount,
+                                                 MPI_Datatype rtype, int root)
 {
+    zcopy_coll_args_t a;
+
     if (zc->state != ZCOPY_COMM_READY || zc->span != NULL ||
         zcopy_registry_any_activated() ||
-        zcopy_server_may_hand_over(zc, type) ||
         !zcopy_coll_surely_has_data(zc, type, scount, rcount, root))
         return false;
     /* What zcopy_coll_run would have done before its own decline. */
     zcopy_ipc_sweep();
     zc->calls++;
+    /* The others hand such a call over without a step: no decline. */
+    a = (zcopy_coll_args_t){ .type = type, .scount = scount, .stype = stype,
+                             .rcount = rcount, .rtype = rtype, .root = root };
+    if (zcopy_server_hands_over(zc, &a)) {
+        zcopy_server_hand_over(zc, type);
+        return true;
+    }
     zcopy_ctl_decline(zc->ctl, REASON_NOTHING_ACTIVATED);
     zcopy_coll_fallback(zc, type,
                         zcopy_coll_reason_text[REASON_NOTHING_ACTIVATED]);

@@ -52,10 +52,13 @@ zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
  * could only decline), on a communicator inside one server: declined at
  * once, before the call is even described, as SPEC section 4 lets a job
  * that never activates memory pay for two stores only. True when declined
- * and counted: the caller runs the previous component. Spanning
- * communicators decline in their arrival round instead. */
+ * and counted: the caller runs the previous component. A call that every
+ * rank hands over without a step (server/server.h) is counted as such,
+ * not declined. Spanning communicators decline in their arrival round
+ * instead. */
 bool zcopy_coll_decline_idle(zcopy_comm_t *zc, zcopy_coll_type_t type,
-                             size_t scount, size_t rcount, int root);
+                             size_t scount, MPI_Datatype stype, size_t rcount,
+                             MPI_Datatype rtype, int root);
 
 /* MPIX_Comm_set_memory_range ran on @zc's communicator, collectively: a
  * spanning communicator that found every rank idle has its agreement

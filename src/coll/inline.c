@@ -13,48 +13,52 @@
 #include "host/host.h"
 #include "reduce/reduce.h"
 
+#include <stdint.h>
 #include <string.h>
 
-/* The payload of a collective whose every rank's data is at most @limit
- * bytes travels in the control plane. Returns that size, the same on every
- * rank, or 0 when the collective takes the mapped path. Sizes are
- * signature sizes (payload bytes, contiguous or not): what every rank
- * agrees on, since MPI requires matching type signatures. Only arguments
- * MPI declares significant on this rank are read, and they agree across
- * ranks by MPI's rules; @limit is agreed at set-up. */
-size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
-                               const zcopy_coll_args_t *a, size_t limit)
+/* Sizes are signature sizes (payload bytes, contiguous or not): what every
+ * rank agrees on, since MPI requires matching type signatures. Only
+ * arguments MPI declares significant on this rank are read, and they agree
+ * across ranks by MPI's rules. */
+size_t zcopy_coll_block_bytes(const zcopy_comm_t *zc,
+                              const zcopy_coll_args_t *a)
 {
     const bool root = a->root == zc->rank;
-    const size_t n = (size_t)zc->size;
-    size_t total;
 
     switch (a->type) {
     case ZCOPY_COLL_ALLREDUCE:
     case ZCOPY_COLL_REDUCE:
     case ZCOPY_COLL_BCAST:
-        total = a->scount * zcopy_host.type_size(a->stype);
-        break;
     case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
-        total = n * a->scount * zcopy_host.type_size(a->stype);
-        break;
+        return a->scount * zcopy_host.type_size(a->stype);
     case ZCOPY_COLL_ALLGATHER:
-        total = a->rcount * zcopy_host.type_size(a->rtype);
-        break;
-    case ZCOPY_COLL_GATHER:
-        total = root ? a->rcount * zcopy_host.type_size(a->rtype)
-                     : a->scount * zcopy_host.type_size(a->stype);
-        break;
-    case ZCOPY_COLL_SCATTER:
-        total = n * (root ? a->scount * zcopy_host.type_size(a->stype)
-                          : a->rcount * zcopy_host.type_size(a->rtype));
-        break;
     case ZCOPY_COLL_ALLTOALL:
-        total = n * a->rcount * zcopy_host.type_size(a->rtype);
-        break;
+        return a->rcount * zcopy_host.type_size(a->rtype);
+    case ZCOPY_COLL_GATHER:
+        return root ? a->rcount * zcopy_host.type_size(a->rtype)
+                    : a->scount * zcopy_host.type_size(a->stype);
+    case ZCOPY_COLL_SCATTER:
+        return root ? a->scount * zcopy_host.type_size(a->stype)
+                    : a->rcount * zcopy_host.type_size(a->rtype);
     default:
-        return 0;
+        return SIZE_MAX;
     }
+}
+
+/* The payload of a collective whose every rank's data is at most @limit
+ * bytes travels in the control plane. Returns that size, the same on every
+ * rank, or 0 when the collective takes the mapped path; @limit is agreed
+ * at set-up. */
+size_t zcopy_coll_inline_bytes(const zcopy_comm_t *zc,
+                               const zcopy_coll_args_t *a, size_t limit)
+{
+    const size_t block = zcopy_coll_block_bytes(zc, a);
+    size_t total;
+
+    if (block == SIZE_MAX)
+        return 0;
+    total = zcopy_coll_payload_is_blocks(a->type) ? block * (size_t)zc->size
+                                                  : block;
     return total <= limit ? total : 0;
 }
 

@@ -121,6 +121,12 @@ static inline bool zcopy_coll_payload_is_blocks(zcopy_coll_type_t type)
            type == ZCOPY_COLL_REDUCE_SCATTER_BLOCK;
 }
 
+/* The bytes of one rank's block in a fixed-size collective (the buffer of
+ * allreduce, reduce and bcast; one rank's part of the others), the same on
+ * every rank; SIZE_MAX for the v-forms and barrier. */
+size_t zcopy_coll_block_bytes(const zcopy_comm_t *zc,
+                              const zcopy_coll_args_t *a);
+
 /* The small-collective rule (inline.c): the per-rank payload when the call
  * takes it (at most @limit: the in-server control plane's inline limit, or
  * the spanning path's), else 0. */

@@ -13,9 +13,17 @@
  *                               them: it must not decline a call that the
  *                               others hand over without a step, or the
  *                               ranks' control planes part
+ *   test_rooted_yield spin      no rank's waits yield (coll_zcopy_yield=2):
+ *                               every size runs zero-copy
  *
  * Every result is checked on every rank, and each call's path from the
- * statistics: one fallback with the expected reason, or one zero-copy call.
+ * statistics: one fallback with the expected reason and no control
+ * message, or one zero-copy call. The arguments MPI ignores on a rank
+ * (the receive side of gather's other ranks, the send side of scatter's,
+ * the root's own block in place) are zeros and null types, and the root
+ * of bcast, gather and scatter describes the blocks with a type of its
+ * own of the same signature, so that a rank reading what it must not, or
+ * counting elements for bytes, decides apart from its peers.
  */
 #include "testutil.h"
 
@@ -27,6 +35,7 @@
 
 static int rank, nranks;
 static bool idle_rank;          /* idle mode: this rank activates nothing */
+static MPI_Datatype whole = MPI_DATATYPE_NULL; /* the root's: a block */
 static zt_arena_t arena;
 static size_t cursor;
 
@@ -61,12 +70,13 @@ static void check_path(const char *what, int root, int ints,
     MPIX_Zcopy_stats a = zt_stats(MPI_COMM_WORLD);
     unsigned long long calls = a.zcopy_calls - b->zcopy_calls;
     unsigned long long fallbacks = a.fallback_calls - b->fallback_calls;
+    unsigned long long msgs = a.ctl_msgs - b->ctl_msgs;
 
     if (reason == NULL) {
-        ZT_CHECK(calls == 1 && fallbacks == 0, "%s of %d ints, root %d: "
-                 "rank %d did not run it zero-copy (zcopy %llu, fallback "
-                 "%llu, '%s')", what, ints, root, rank, calls, fallbacks,
-                 a.last_fallback_reason);
+        ZT_CHECK(calls == 1 && fallbacks == 0 && msgs > 0, "%s of %d ints, "
+                 "root %d: rank %d did not run it zero-copy (zcopy %llu, "
+                 "fallback %llu, control messages %llu, '%s')", what, ints,
+                 root, rank, calls, fallbacks, msgs, a.last_fallback_reason);
         return;
     }
     ZT_CHECK(calls == 0 && fallbacks == 1 &&
@@ -74,6 +84,19 @@ static void check_path(const char *what, int root, int ints,
              "%s of %d ints, root %d: rank %d did not fall back for '%s' "
              "(zcopy %llu, fallback %llu, '%s')", what, ints, root, rank,
              reason, calls, fallbacks, a.last_fallback_reason);
+    if (!strcmp(reason, HANDOVER_REASON))
+        ZT_CHECK(msgs == 0, "%s of %d ints, root %d: rank %d sent %llu "
+                 "control messages for a call it handed over", what, ints,
+                 root, rank, msgs);
+}
+
+/* The root's description of @ints ints: one element of its own type. */
+static void root_type(int ints)
+{
+    if (whole != MPI_DATATYPE_NULL)
+        MPI_Type_free(&whole);
+    MPI_Type_contiguous(ints, MPI_INT, &whole);
+    MPI_Type_commit(&whole);
 }
 
 static void check_ints(const char *what, int root, const int *got, int n,
@@ -95,7 +118,10 @@ static void run_bcast(int root, int ints, const char *reason, int call)
     for (int i = 0; i < ints; i++)
         buf[i] = rank == root ? value(root, i, call) : -1;
     b = zt_stats(MPI_COMM_WORLD);
-    MPI_Bcast(buf, ints, MPI_INT, root, MPI_COMM_WORLD);
+    if (rank == root)
+        MPI_Bcast(buf, 1, whole, root, MPI_COMM_WORLD);
+    else
+        MPI_Bcast(buf, ints, MPI_INT, root, MPI_COMM_WORLD);
     check_path("bcast", root, ints, &b, reason);
     check_ints("bcast", root, buf, ints, root, call);
     give_back(buf);
@@ -147,8 +173,14 @@ static void run_gather(int root, int ints, bool in_place, const char *reason,
         memcpy(recv + (size_t)ints * (size_t)rank, send,
                (size_t)ints * sizeof(int));
     b = zt_stats(MPI_COMM_WORLD);
-    MPI_Gather(rank == root && in_place ? MPI_IN_PLACE : send, ints, MPI_INT,
-               recv, ints, MPI_INT, root, MPI_COMM_WORLD);
+    if (rank != root)
+        MPI_Gather(send, ints, MPI_INT, NULL, 0, MPI_DATATYPE_NULL, root,
+                   MPI_COMM_WORLD);
+    else if (in_place)
+        MPI_Gather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, 1, whole, root,
+                   MPI_COMM_WORLD);
+    else
+        MPI_Gather(send, ints, MPI_INT, recv, 1, whole, root, MPI_COMM_WORLD);
     check_path(what, root, ints, &b, reason);
     for (int j = 0; j < nranks && rank == root; j++)
         check_ints(what, root, recv + (size_t)ints * (size_t)j, ints, j, call);
@@ -171,9 +203,14 @@ static void run_scatter(int root, int ints, bool in_place, const char *reason,
     for (int i = 0; i < ints; i++)
         recv[i] = -1;
     b = zt_stats(MPI_COMM_WORLD);
-    MPI_Scatter(send, ints, MPI_INT,
-                rank == root && in_place ? MPI_IN_PLACE : recv, ints, MPI_INT,
-                root, MPI_COMM_WORLD);
+    if (rank != root)
+        MPI_Scatter(NULL, 0, MPI_DATATYPE_NULL, recv, ints, MPI_INT, root,
+                    MPI_COMM_WORLD);
+    else if (in_place)
+        MPI_Scatter(send, 1, whole, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, root,
+                    MPI_COMM_WORLD);
+    else
+        MPI_Scatter(send, 1, whole, recv, ints, MPI_INT, root, MPI_COMM_WORLD);
     check_path(what, root, ints, &b, reason);
     if (rank != root || !in_place)
         check_ints(what, root, recv, ints, rank, call);
@@ -218,6 +255,7 @@ static void run_allreduce(int ints, const char *reason, int call)
 static void run_round(int ints, const char *reason, const char *other,
                       int *call)
 {
+    root_type(ints);
     for (int root = 0; root < nranks; root++) {
         cursor = 0;
         run_bcast(root, ints, reason, ++*call);
@@ -239,16 +277,19 @@ int main(int argc, char **argv)
     const char *idle_reason = "no memory activated on this rank";
     unsigned long limit;
     MPI_Comm active;
+    const char *handover;
     int call = 0, below;
-    bool idle;
+    bool idle, spin;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     zt_require(argc == 2 && (!strcmp(argv[1], "handover") ||
-                             !strcmp(argv[1], "idle")),
-               "usage: test_rooted_yield handover|idle");
+                             !strcmp(argv[1], "idle") ||
+                             !strcmp(argv[1], "spin")),
+               "usage: test_rooted_yield handover|idle|spin");
     idle = !strcmp(argv[1], "idle");
+    spin = !strcmp(argv[1], "spin");
     idle_rank = idle && rank == nranks - 1;
     limit = zt_cvar_ulong("coll_zcopy_rooted_yield_min", 0);
     zt_require(limit >= 2 * sizeof(int), "coll_zcopy_rooted_yield_min of "
@@ -260,13 +301,15 @@ int main(int argc, char **argv)
                    &active);
     if (!idle_rank)
         zt_arena_init(&arena, active, 16u << 20);
-    /* Below the limit every rank hands the call over, whatever its
-     * buffers; at it, the rooted calls run zero-copy unless a rank has
-     * nothing activated, as the allreduces do. */
-    run_round(1, HANDOVER_REASON, idle ? idle_reason : NULL, &call);
-    run_round(below, HANDOVER_REASON, idle ? idle_reason : NULL, &call);
+    /* Below the limit every rank hands the call over where waits yield,
+     * whatever its buffers; at it, the rooted calls run zero-copy unless a
+     * rank has nothing activated, as the allreduces do. */
+    handover = spin ? NULL : HANDOVER_REASON;
+    run_round(1, handover, idle ? idle_reason : NULL, &call);
+    run_round(below, handover, idle ? idle_reason : NULL, &call);
     run_round((int)((limit + sizeof(int) - 1) / sizeof(int)),
               idle ? idle_reason : NULL, idle ? idle_reason : NULL, &call);
+    MPI_Type_free(&whole);
     if (!idle_rank) {
         zt_arena_fini(&arena);
         MPI_Comm_free(&active);

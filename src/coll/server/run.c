@@ -3,14 +3,13 @@
  * maps its peers' activated memory. A call plans, publishes its plan in the
  * control plane (control.c) or, when small, its payload (inline.c's rule),
  * waits for every peer's arrival, and then runs the collective's algorithm
- * (reduction.c, movement.c, alltoall.c) through the mappings.
+ * (reduction.c, movement.c, alltoall.c) through the mappings. Where waits
+ * yield, small rooted calls go to the previous component instead
+ * (zcopy_server_hands_over).
  */
 #include "server.h"
 #include "algo.h"
 
-#include "host/host.h"
-
-#include <stdint.h>
 
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
     [ZCOPY_COLL_ALLREDUCE] = zcopy_algo_allreduce,
@@ -113,53 +112,36 @@ static void server_plan_root_moves(const zcopy_comm_t *zc,
         plan->args.flags |= ZCOPY_PLAN_ROOT_MOVES;
 }
 
-/* The bytes a small rooted call moves per rank, as every rank computes
- * them from arguments MPI makes significant on it and equal across ranks
- * (matching type signatures); SIZE_MAX for other collectives and the
- * v-forms, whose sizes only the root knows. */
-static size_t server_rooted_bytes(const zcopy_comm_t *zc,
-                                  const zcopy_coll_args_t *a)
+/* Where waits yield, a small bcast, reduce, gather or scatter lasts a
+ * scheduler round under zcopy: the ranks agree before any data moves, so
+ * the root waits for every rank's arrival and every other rank for the
+ * root's. Under stock, the ranks that send leave once they have sent (the
+ * root of a bcast or scatter, the others of a gather or reduce) and a
+ * receiver waits for its senders alone, so a call can end on most ranks
+ * before a rank that was off its core runs again (np 3 on 2 cores: 0.2-0.6
+ * us against zcopy's 12). Such calls go to the previous component on every
+ * rank. Each rank decides alone, with no step: a block's size is the same
+ * on every rank (matching type signatures), and the limit and the crowding
+ * are agreed at set-up. The v-forms stay: only their root knows the
+ * sizes. */
+bool zcopy_server_hands_over(const zcopy_comm_t *zc,
+                             const zcopy_coll_args_t *a)
 {
-    const bool root = a->root == zc->rank;
-
     switch (a->type) {
     case ZCOPY_COLL_BCAST:
     case ZCOPY_COLL_REDUCE:
-        return a->scount * zcopy_host.type_size(a->stype);
     case ZCOPY_COLL_GATHER:
-        return root ? a->rcount * zcopy_host.type_size(a->rtype)
-                    : a->scount * zcopy_host.type_size(a->stype);
     case ZCOPY_COLL_SCATTER:
-        return root ? a->scount * zcopy_host.type_size(a->stype)
-                    : a->rcount * zcopy_host.type_size(a->rtype);
+        return zc->ctl->crowded &&
+               zcopy_coll_block_bytes(zc, a) < zcopy_config.rooted_yield_min;
     default:
-        return SIZE_MAX;
+        return false;
     }
 }
 
-/* Where waits yield, a small bcast, reduce, gather or scatter lasts a
- * scheduler round under zcopy: the ranks agree before any data moves, so
- * its root waits for every rank's arrival. Stock's root sends and leaves
- * and its other ranks wait for the root alone, so its call can end before
- * a rank that was off its core runs again (np 3 on 2 cores: 0.2-0.6 us
- * against zcopy's 12). Such calls go to the previous component on every
- * rank, each deciding alone, with no step, from sizes that agree and a
- * limit and a crowding agreed at set-up. */
-static const char rooted_yield_reason[] = "small rooted call, waits yield";
-
-bool zcopy_server_may_hand_over(const zcopy_comm_t *zc,
-                                zcopy_coll_type_t type)
+zcopy_status_t zcopy_server_hand_over(zcopy_comm_t *zc, zcopy_coll_type_t type)
 {
-    return zc->ctl->crowded && zcopy_config.rooted_yield_min > 0 &&
-           (type == ZCOPY_COLL_BCAST || type == ZCOPY_COLL_REDUCE ||
-            type == ZCOPY_COLL_GATHER || type == ZCOPY_COLL_SCATTER);
-}
-
-static bool server_hands_rooted_over(const zcopy_comm_t *zc,
-                                     const zcopy_coll_args_t *a)
-{
-    return zc->ctl->crowded &&
-           server_rooted_bytes(zc, a) < zcopy_config.rooted_yield_min;
+    return zcopy_coll_fallback(zc, type, "small rooted call, waits yield");
 }
 
 zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
@@ -171,8 +153,8 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_status_t st;
     int bad;
 
-    if (server_hands_rooted_over(zc, a))
-        return zcopy_coll_fallback(zc, a->type, rooted_yield_reason);
+    if (zcopy_server_hands_over(zc, a))
+        return zcopy_server_hand_over(zc, a->type);
     zcopy_coll_plan(zc, a, &plan);
     if (plan.args.reason != REASON_NONE) {
         /* Not eligible: say so and leave, waiting for nobody. */

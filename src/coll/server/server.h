@@ -10,10 +10,13 @@
  * zcopy_coll_run. */
 zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
 
-/* Whether zcopy_server_run may hand a call of @type to the previous
- * component whatever its buffers (coll_zcopy_rooted_yield_min): then no
- * rank may decline it through the control plane before asking. */
-bool zcopy_server_may_hand_over(const zcopy_comm_t *zc,
-                                zcopy_coll_type_t type);
+/* Whether the call @a goes to the previous component on every rank without
+ * a step (coll_zcopy_rooted_yield_min), whatever its buffers: then a rank
+ * that cannot take it must not decline it through the control plane
+ * either. zcopy_server_hand_over counts it. */
+bool zcopy_server_hands_over(const zcopy_comm_t *zc,
+                             const zcopy_coll_args_t *a);
+zcopy_status_t zcopy_server_hand_over(zcopy_comm_t *zc,
+                                      zcopy_coll_type_t type);
 
 #endif
