@@ -46,11 +46,6 @@ static void *take(size_t bytes)
     return zt_arena_alloc(&arena, &cursor, bytes);
 }
 
-static int value(int owner, int i, int call)
-{
-    return owner * 1000003 + i * 7 + call;
-}
-
 /* One zero-copy call on this rank since @b, through the mappings (not
  * inline). */
 static void check_zcopy(const char *what, int root, const MPIX_Zcopy_stats *b)
@@ -100,7 +95,7 @@ static void check_ints(const char *what, int root, const int *got, int n,
 {
     long bad = -1;
 
-    ZT_FIND_BAD(bad, got, (size_t)n, value(owner, (int)i, call));
+    ZT_FIND_BAD(bad, got, (size_t)n, zt_value(owner, (int)i, call));
     ZT_CHECK(bad < 0, "%s root %d: rank %d element %ld of rank %d's block "
              "is %d", what, root, rank, bad, owner, bad < 0 ? 0 : got[bad]);
 }
@@ -130,7 +125,7 @@ static void run_bcast(int root, int ints, int call)
     MPIX_Zcopy_stats b;
 
     for (int i = 0; i < ints; i++)
-        buf[i] = rank == root ? value(root, i, call) : -1;
+        buf[i] = rank == root ? zt_value(root, i, call) : -1;
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Bcast(buf, ints, MPI_INT, root, MPI_COMM_WORLD);
     check_zcopy("bcast", root, &b);
@@ -182,7 +177,7 @@ static void run_gather(int root, bool vector, bool in_place, int call)
     stride = layout(vector, BLOCK_INTS, counts, displs);
     recv = take((size_t)stride * (size_t)nranks * sizeof(int));
     for (int i = 0; i < mine; i++)
-        send[i] = value(rank, i, call);
+        send[i] = zt_value(rank, i, call);
     if (rank == root && in_place)
         memcpy(recv + displs[rank], send, (size_t)mine * sizeof(int));
     b = zt_stats(MPI_COMM_WORLD);
@@ -221,7 +216,7 @@ static void run_scatter(int root, bool vector, bool in_place, int ints,
     send = take((size_t)stride * (size_t)nranks * sizeof(int));
     for (int j = 0; j < nranks && rank == root; j++)
         for (int i = 0; i < counts[j]; i++)
-            send[displs[j] + i] = value(j, i, call);
+            send[displs[j] + i] = zt_value(j, i, call);
     for (int i = 0; i < mine; i++)
         recv[i] = -1;
     b = zt_stats(MPI_COMM_WORLD);
@@ -256,7 +251,7 @@ static void run_reduce(int root, bool in_place, int call)
     long bad = -1;
 
     for (int i = 0; i < ints; i++) {
-        send[i] = value(rank, i, call);
+        send[i] = zt_value(rank, i, call);
         recv[i] = rank == root && in_place ? send[i] : -1;
     }
     b = zt_stats(MPI_COMM_WORLD);
@@ -269,13 +264,8 @@ static void run_reduce(int root, bool in_place, int call)
     else /* slices: each rank reads its slice of every input */
         ZT_CHECK(moved_since(&b) > 0, "%s root %d: rank %d reduced no "
                  "slice", what, root, rank);
-    for (int i = 0; i < ints && rank == root && bad < 0; i++) {
-        long long sum = 0;
-        for (int j = 0; j < nranks; j++)
-            sum += value(j, i, call);
-        if (recv[i] != (int)sum)
-            bad = i;
-    }
+    if (rank == root)
+        bad = zt_find_bad_sum(recv, ints, nranks, call);
     ZT_CHECK(bad < 0, "%s root %d: element %ld is wrong", what, root, bad);
 }
 
@@ -294,7 +284,7 @@ static void run_mapfail(void)
     recv = take(block);
     for (int j = 0; j < nranks && rank == 0; j++)
         for (int i = 0; i < BLOCK_INTS; i++)
-            send[j * BLOCK_INTS + i] = value(j, i, 0);
+            send[j * BLOCK_INTS + i] = zt_value(j, i, 0);
     zt_require(getrlimit(RLIMIT_AS, &old) == 0, "getrlimit");
     tight = old;
     if (rank == 0) {

@@ -57,11 +57,6 @@ static void give_back(void *p)
         free(p);
 }
 
-static int value(int owner, int i, int call)
-{
-    return owner * 1000003 + i * 7 + call;
-}
-
 /* This rank's path for the one call since @b: a fallback whose reason
  * names @reason, or (@reason NULL) a zero-copy call. */
 static void check_path(const char *what, int root, int ints,
@@ -104,7 +99,7 @@ static void check_ints(const char *what, int root, const int *got, int n,
 {
     long bad = -1;
 
-    ZT_FIND_BAD(bad, got, (size_t)n, value(owner, (int)i, call));
+    ZT_FIND_BAD(bad, got, (size_t)n, zt_value(owner, (int)i, call));
     ZT_CHECK(bad < 0, "%s of %d ints, root %d: rank %d element %ld of rank "
              "%d's block is %d", what, n, root, rank, bad, owner,
              bad < 0 ? 0 : got[bad]);
@@ -116,7 +111,7 @@ static void run_bcast(int root, int ints, const char *reason, int call)
     MPIX_Zcopy_stats b;
 
     for (int i = 0; i < ints; i++)
-        buf[i] = rank == root ? value(root, i, call) : -1;
+        buf[i] = rank == root ? zt_value(root, i, call) : -1;
     b = zt_stats(MPI_COMM_WORLD);
     if (rank == root)
         MPI_Bcast(buf, 1, whole, root, MPI_COMM_WORLD);
@@ -137,21 +132,15 @@ static void run_reduce(int root, int ints, bool in_place, const char *reason,
     long bad = -1;
 
     for (int i = 0; i < ints; i++) {
-        send[i] = value(rank, i, call);
+        send[i] = zt_value(rank, i, call);
         recv[i] = rank == root && in_place ? send[i] : -1;
     }
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Reduce(rank == root && in_place ? MPI_IN_PLACE : send, recv, ints,
                MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
     check_path(what, root, ints, &b, reason);
-    for (int i = 0; i < ints && rank == root && bad < 0; i++) {
-        long long sum = 0;
-
-        for (int j = 0; j < nranks; j++)
-            sum += value(j, i, call);
-        if (recv[i] != (int)sum)
-            bad = i;
-    }
+    if (rank == root)
+        bad = zt_find_bad_sum(recv, ints, nranks, call);
     ZT_CHECK(bad < 0, "%s of %d ints, root %d: element %ld is wrong", what,
              ints, root, bad);
     give_back(send);
@@ -168,7 +157,7 @@ static void run_gather(int root, int ints, bool in_place, const char *reason,
     MPIX_Zcopy_stats b;
 
     for (int i = 0; i < ints; i++)
-        send[i] = value(rank, i, call);
+        send[i] = zt_value(rank, i, call);
     if (rank == root && in_place)
         memcpy(recv + (size_t)ints * (size_t)rank, send,
                (size_t)ints * sizeof(int));
@@ -199,7 +188,7 @@ static void run_scatter(int root, int ints, bool in_place, const char *reason,
 
     for (int j = 0; j < nranks && rank == root; j++)
         for (int i = 0; i < ints; i++)
-            send[(size_t)ints * (size_t)j + (size_t)i] = value(j, i, call);
+            send[(size_t)ints * (size_t)j + (size_t)i] = zt_value(j, i, call);
     for (int i = 0; i < ints; i++)
         recv[i] = -1;
     b = zt_stats(MPI_COMM_WORLD);
@@ -231,18 +220,11 @@ static void run_allreduce(int ints, const char *reason, int call)
     long bad = -1;
 
     for (int i = 0; i < ints; i++)
-        send[i] = value(rank, i, call);
+        send[i] = zt_value(rank, i, call);
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Allreduce(send, recv, ints, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     check_path("allreduce", -1, ints, &b, reason);
-    for (int i = 0; i < ints && bad < 0; i++) {
-        long long sum = 0;
-
-        for (int j = 0; j < nranks; j++)
-            sum += value(j, i, call);
-        if (recv[i] != (int)sum)
-            bad = i;
-    }
+    bad = zt_find_bad_sum(recv, ints, nranks, call);
     ZT_CHECK(bad < 0, "allreduce of %d ints: rank %d element %ld is wrong",
              ints, rank, bad);
     give_back(send);

@@ -189,3 +189,21 @@ int zt_cvar_int(const char *name, int dflt)
 
     return cvar_read(name, MPI_INT, &value) ? value : dflt;
 }
+
+int zt_value(int owner, int i, int call)
+{
+    return owner * 1000003 + i * 7 + call;
+}
+
+long zt_find_bad_sum(const int *got, int n, int nranks, int call)
+{
+    for (int i = 0; i < n; i++) {
+        long long sum = 0;
+
+        for (int j = 0; j < nranks; j++)
+            sum += zt_value(j, i, call);
+        if (got[i] != (int)sum)
+            return i;
+    }
+    return -1;
+}

@@ -59,6 +59,14 @@ void zt_require(bool ok, const char *what);
 
 MPIX_Zcopy_stats zt_stats(MPI_Comm comm);
 
+/* Element @i of rank @owner's input in call @call: distinct per owner,
+ * element and call, so that a block taken from the wrong rank, place or
+ * call shows. */
+int zt_value(int owner, int i, int call);
+/* The first of @n ints of @got that is not the sum of zt_value over ranks
+ * 0 to @nranks - 1 (in int, as MPI_SUM on MPI_INT wraps here), or -1. */
+long zt_find_bad_sum(const int *got, int n, int nranks, int call);
+
 /* The value of an unsigned long MCA parameter as MPI_T's control variable
  * @name reads it (after MPI_Init, which loads the component); @dflt when
  * the variable does not exist (stock Open MPI). */
