@@ -10,7 +10,6 @@
 #include "server.h"
 #include "algo.h"
 
-
 static const zcopy_algo_fn_t algorithms[ZCOPY_COLL_COUNT] = {
     [ZCOPY_COLL_ALLREDUCE] = zcopy_algo_allreduce,
     [ZCOPY_COLL_REDUCE] = zcopy_algo_reduce,
@@ -110,33 +109,6 @@ static void server_plan_root_moves(const zcopy_comm_t *zc,
     if (a->root == zc->rank && zc->ctl->crowded &&
         moved <= zcopy_config.root_moves_max)
         plan->args.flags |= ZCOPY_PLAN_ROOT_MOVES;
-}
-
-/* Where waits yield, a small bcast, reduce, gather or scatter lasts a
- * scheduler round under zcopy: the ranks agree before any data moves, so
- * the root waits for every rank's arrival and every other rank for the
- * root's. Under stock, the ranks that send leave once they have sent (the
- * root of a bcast or scatter, the others of a gather or reduce) and a
- * receiver waits for its senders alone, so a call can end on most ranks
- * before a rank that was off its core runs again (np 3 on 2 cores: 0.2-0.6
- * us against zcopy's 12). Such calls go to the previous component on every
- * rank. Each rank decides alone, with no step: a block's size is the same
- * on every rank (matching type signatures), and the limit and the crowding
- * are agreed at set-up. The v-forms stay: only their root knows the
- * sizes. */
-bool zcopy_server_hands_over(const zcopy_comm_t *zc,
-                             const zcopy_coll_args_t *a)
-{
-    switch (a->type) {
-    case ZCOPY_COLL_BCAST:
-    case ZCOPY_COLL_REDUCE:
-    case ZCOPY_COLL_GATHER:
-    case ZCOPY_COLL_SCATTER:
-        return zc->ctl->crowded &&
-               zcopy_coll_block_bytes(zc, a) < zcopy_config.rooted_yield_min;
-    default:
-        return false;
-    }
 }
 
 zcopy_status_t zcopy_server_hand_over(zcopy_comm_t *zc, zcopy_coll_type_t type)
