@@ -28,6 +28,7 @@ typedef struct {
     unsigned long inline_max_yield; /* coll_zcopy_inline_max_yield */
     unsigned long root_moves_max; /* coll_zcopy_root_moves_max */
     unsigned long rooted_yield_min; /* coll_zcopy_rooted_yield_min */
+    unsigned long one_per_server_min; /* coll_zcopy_one_per_server_min */
     int ucx_fetch;                /* coll_zcopy_ucx_fetch */
     int ucx_max_requests;         /* coll_zcopy_ucx_max_requests */
     unsigned long span_inline_max; /* coll_zcopy_span_inline_max */

@@ -47,6 +47,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .inline_max_yield = 8192,
     .root_moves_max = 1048576,
     .rooted_yield_min = 256,
+    .one_per_server_min = 2048,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .yield = 0,
@@ -226,6 +227,15 @@ static int zcopy_register(void)
         "moves, so each waits for others, where stock's senders leave once "
         "they have sent. 0: zcopy takes them all. Same value on every rank",
         OPAL_INFO_LVL_9, &c->rooted_yield_min);
+    zcopy_register_ulong("one_per_server_min",
+        "On a communicator that spans servers with one rank on each, a "
+        "collective (not a v-form) that moves fewer bytes per rank than "
+        "this, and a barrier, go to the previous component on every rank, "
+        "counted as a fallback: there zcopy's small calls send what stock "
+        "sends plus their agreement, and a rooted call's root waits for "
+        "every arrival where stock's root sends and leaves. 0: zcopy takes "
+        "them all. Same value on every rank",
+        OPAL_INFO_LVL_9, &c->one_per_server_min);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (and 1 MiB for all ranks "
@@ -279,6 +289,7 @@ static int zcopy_register(void)
     zcopy_config.inline_max_yield = c->inline_max_yield;
     zcopy_config.root_moves_max = c->root_moves_max;
     zcopy_config.rooted_yield_min = c->rooted_yield_min;
+    zcopy_config.one_per_server_min = c->one_per_server_min;
     zcopy_config.span_inline_max = c->span_inline_max;
     zcopy_config.span_dissemination_min =
         c->span_dissemination_min > 0 ? c->span_dissemination_min : 0;

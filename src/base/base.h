@@ -77,6 +77,9 @@ typedef struct {
     size_t rooted_yield_min;   /* bytes per rank: where waits yield, smaller
                                   bcast, reduce, gather and scatter go to
                                   the previous component (server path) */
+    size_t one_per_server_min; /* bytes per rank: on a communicator with one
+                                  rank on each server, smaller calls go to
+                                  the previous component (spanning path) */
     size_t span_inline_max;    /* the same between servers: payloads ride
                                   with the arrivals (coll/span.h caps) */
     int span_dissemination_min; /* servers from which the leaders pass

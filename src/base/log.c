@@ -13,6 +13,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .inline_max_yield = 8192,
     .root_moves_max = 1048576,
     .rooted_yield_min = 256,
+    .one_per_server_min = 2048,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .wait_report_s = 60,

@@ -71,6 +71,7 @@ typedef struct {
     uint64_t inline_max_yield;    /* coll_zcopy_inline_max_yield */
     uint64_t span_inline_max;     /* coll_zcopy_span_inline_max */
     uint64_t rooted_yield_min;    /* coll_zcopy_rooted_yield_min */
+    uint64_t one_per_server_min;  /* coll_zcopy_one_per_server_min */
 } coll_settings_t;
 
 static const char *const setting_names[] = {
@@ -78,7 +79,7 @@ static const char *const setting_names[] = {
     "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
     "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
     "coll_zcopy_inline_max_yield", "coll_zcopy_span_dissemination_min",
-    "coll_zcopy_rooted_yield_min",
+    "coll_zcopy_rooted_yield_min", "coll_zcopy_one_per_server_min",
 };
 
 /* 0 when @mine matches rank 0's settings, else which one differs first. */
@@ -101,7 +102,9 @@ static int32_t settings_differ(const coll_settings_t *mine,
         return 7;
     if (mine->span_dissemination_min != root->span_dissemination_min)
         return 8;
-    return mine->rooted_yield_min != root->rooted_yield_min ? 9 : 0;
+    if (mine->rooted_yield_min != root->rooted_yield_min)
+        return 9;
+    return mine->one_per_server_min != root->one_per_server_min ? 10 : 0;
 }
 
 /* True when every rank has the same settings (and then zc->state says
@@ -123,6 +126,7 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
         .span_dissemination_min =
             (uint32_t)zcopy_config.span_dissemination_min,
         .rooted_yield_min = zcopy_config.rooted_yield_min,
+        .one_per_server_min = zcopy_config.one_per_server_min,
     };
     coll_settings_t root = mine;
     zcopy_comm_vote_t vote;
@@ -197,7 +201,7 @@ ZCOPY_COMPONENT_API int zcopy_coll_progress(void)
 {
     zcopy_ipc_sweep_try();
     zcopy_ipc_fdpass_serve(false);
-    return (int)zcopy_ucx_progress();
+    return (int)zcopy_ucx_progress_loop();
 }
 
 ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)

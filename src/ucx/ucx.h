@@ -122,6 +122,11 @@ static inline unsigned zcopy_ucx_progress(void)
     return zcopy_ucx_progress_worker();
 }
 
+/* zcopy_ucx_progress() for Open MPI's progress loop, which runs in every
+ * MPI call: polls on every call while polls find events, one call in 16
+ * once they have found none for a while. */
+unsigned zcopy_ucx_progress_loop(void);
+
 /* --- endpoints ------------------------------------------------------------ */
 
 /* A reference on the endpoint to the peer @key whose worker address is

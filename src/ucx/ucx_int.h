@@ -72,6 +72,9 @@ typedef struct {
     size_t serve_cap, serve_queued;
     uint64_t read_tags;           /* this process's reads, for their tags */
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
+    /* How Open MPI's progress loop polls (zcopy_ucx_progress_loop). */
+    _Atomic unsigned loop_calls;
+    _Atomic unsigned loop_empty_polls;
 } zcopy_ucx_state_t;
 
 extern zcopy_ucx_state_t zcopy_ucx;

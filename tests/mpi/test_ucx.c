@@ -17,7 +17,9 @@
  *     worker: blocking in MPI here would hang UCX 1.13), then the data and
  *     the byte counts are checked.
  *     A get that the layer calls native (rc, dc) finishes while its target
- *     does not progress; the others are only reported.
+ *     does not progress; the others are only reported. A read served
+ *     by a rank whose only progress is Open MPI's loop's (throttled) poll
+ *     finishes.
  *  4. refusals: out-of-block ranges, a key on the wrong endpoint, a reused
  *     generation with another extent, overlapping and unsupported
  *     registrations.
@@ -523,6 +525,52 @@ static void native_gets_alone(void)
     free(got);
 }
 
+/* Open MPI's progress loop polls the worker through
+ * zcopy_ucx_progress_loop(), which skips most calls once its polls have
+ * found nothing (context.c). A rank whose only progress is that loop must
+ * still serve a peer: rank 1 idles in it long enough to be throttled, then
+ * keeps calling it (and nothing else of the layer) while rank 0 reads
+ * 1 MiB of its block, served by rank 1's worker, until rank 0 reports. */
+static void served_by_the_loop(void)
+{
+    zcopy_ucx_comp_t comp = ZCOPY_UCX_COMP_INIT;
+    char *got = malloc(MIB);
+    int done = 0, flag = 0;
+    MPI_Request req;
+
+    zt_require(got != NULL, "malloc");
+    progressing_barrier();
+    if (rank == 1) {
+        for (int i = 0; i < 1000; i++)
+            zcopy_ucx_progress_loop();
+        MPI_Irecv(&done, 1, MPI_INT, 0, 7, comm, &req);
+        while (!flag) {
+            zcopy_ucx_progress_loop();
+            MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+        }
+    }
+    if (rank == 0) {
+        double deadline = now() + 10.0;
+        bool finished = false;
+
+        ZT_CHECK(zcopy_ucx_read(peers[1].ep, got, peers[1].desc.va,
+                                peers[1].rk, MIB, &comp) == ZCOPY_SUCCESS,
+                 "1 MiB read: %s", zcopy_mem_last_error());
+        while (!finished && now() < deadline)
+            finished = zcopy_ucx_test(&comp);
+        ZT_CHECK(finished, "a read served by a rank that only runs "
+                 "Open MPI's progress loop finished within 10 s");
+        done = 1;
+        MPI_Send(&done, 1, MPI_INT, 1, 7, comm);
+        ZT_CHECK(zcopy_ucx_wait(&comp) == ZCOPY_SUCCESS &&
+                     holds(got, MIB, 1, peers[1].desc.generation, 0, 0),
+                 "1 MiB read from rank 1 by way of its loop: %s",
+                 zcopy_mem_last_error());
+    }
+    progressing_barrier();
+    free(got);
+}
+
 /* A tagged send of 1 MiB completes before its receive is posted, while
  * the receiver only progresses: zcopy's context sends eager at every size
  * (context.c), where UCX's default rendezvous would wait for the receive.
@@ -690,6 +738,7 @@ int main(int argc, char **argv)
     transfer_big();
     transfer_read();
     native_gets_alone();
+    served_by_the_loop();
     eager_sends();
     refusals();
     progressing_barrier();

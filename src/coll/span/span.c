@@ -687,6 +687,9 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     size_t inline_total, len = 0;
     coll_plan_t plan;
 
+    if (zcopy_span_hands_over(zc, a))
+        return zcopy_coll_fallback(zc, a->type,
+                                   "small call, one rank per server");
     if (a->type != ZCOPY_COLL_BARRIER && sp->calls++ < sp->idle_until)
         return zcopy_coll_fallback(zc, a->type, "no rank had set a "
                                    "memory range at the last agreement");

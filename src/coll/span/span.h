@@ -162,6 +162,24 @@ void zcopy_span_wake(zcopy_comm_t *zc);
 /* zcopy_coll_run for a spanning communicator. */
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
 
+/* With one rank of the communicator on each server nothing is shared
+ * inside a server: a small call's messages are stock's own plus zcopy's
+ * agreement, and a rooted call's root waits for every arrival where
+ * stock's root sends and leaves. Calls of fewer than
+ * coll_zcopy_one_per_server_min bytes per rank, and barriers, then go to
+ * the previous component. Each rank decides alone: sizes agree on every
+ * rank (fixed forms only; a v-form's sizes are its root's), the layout
+ * and the limit are agreed at set-up. */
+static inline bool zcopy_span_hands_over(const zcopy_comm_t *zc,
+                                         const zcopy_coll_args_t *a)
+{
+    const size_t min = zcopy_config.one_per_server_min;
+
+    if (zc->span->ngroups != zc->span->nranks || min == 0)
+        return false;
+    return a->type == ZCOPY_COLL_BARRIER || zcopy_coll_block_bytes(zc, a) < min;
+}
+
 static inline int zcopy_span_group_size(const zcopy_span_t *sp, int g)
 {
     return sp->group_start[g + 1] - sp->group_start[g];
