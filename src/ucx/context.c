@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 zcopy_ucx_state_t zcopy_ucx = { .lock = PTHREAD_MUTEX_INITIALIZER };
 _Atomic bool zcopy_ucx_live;
@@ -265,36 +266,57 @@ unsigned zcopy_ucx_progress_worker(void)
 
 /* Open MPI's progress loop runs once per progress call of every MPI
  * operation, and on tcp a worker poll there is an epoll_wait system call:
- * 1.3 us per call on the AMD EPYC VM, which doubled the latency of stock's
- * small collectives that zcopy handed over between servers. The loop only
- * serves peers while this process is outside libzcopy's own waits (which
- * poll on every spin), so after a few empty polls it polls one call in
- * LOOP_IDLE_INTERVAL, and on every call again as soon as a poll finds an
- * event. Relaxed loads and stores, not increments: threads that race lose
- * a count, never a poll for long. */
+ * 1.3 us on the AMD EPYC VM, against 1.6 us for the rest of a stock
+ * progress call, which slowed stock's small collectives that zcopy hands
+ * over between servers. The loop only serves peers while this process is
+ * outside libzcopy's own waits (which poll on every spin), so once
+ * LOOP_EMPTY_POLLS_BEFORE_IDLE polls in a row have found nothing it polls
+ * at most once per LOOP_IDLE_POLL_NS: a time, not a count of calls, so
+ * that a loop whose passes are slow (yielding the processor, or Open MPI's
+ * fence at finalize) still polls on every pass. Any poll that finds an
+ * event, the waits' included, ends the idle spell. */
 #define LOOP_EMPTY_POLLS_BEFORE_IDLE 8
-#define LOOP_IDLE_INTERVAL 16
+#define LOOP_IDLE_POLL_NS 20000
 
+static uint64_t loop_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Relaxed loads and stores, not read-modify-writes, for the idle clock:
+ * threads that race poll once more or once less, never stop polling. */
 unsigned zcopy_ucx_progress_loop(void)
 {
-    unsigned calls, empty, events;
+    unsigned events = 0, empty;
+    uint64_t t;
 
     if (!atomic_load_explicit(&zcopy_ucx_live, memory_order_relaxed))
         return 0;
-    empty = atomic_load_explicit(&zcopy_ucx.loop_empty_polls,
-                                 memory_order_relaxed);
-    if (empty >= LOOP_EMPTY_POLLS_BEFORE_IDLE) {
-        calls = atomic_load_explicit(&zcopy_ucx.loop_calls,
-                                     memory_order_relaxed);
-        atomic_store_explicit(&zcopy_ucx.loop_calls, calls + 1,
-                              memory_order_relaxed);
-        if (calls % LOOP_IDLE_INTERVAL != 0)
+    if (atomic_load_explicit(&zcopy_ucx.loop_empty_polls,
+                             memory_order_relaxed) >=
+        LOOP_EMPTY_POLLS_BEFORE_IDLE) {
+        t = loop_now_ns();
+        if (t < atomic_load_explicit(&zcopy_ucx.loop_next_poll_ns,
+                                     memory_order_relaxed))
             return 0;
+        atomic_store_explicit(&zcopy_ucx.loop_next_poll_ns,
+                              t + LOOP_IDLE_POLL_NS, memory_order_relaxed);
     }
-    events = zcopy_ucx_progress_worker();
-    atomic_store_explicit(&zcopy_ucx.loop_empty_polls,
-                          events > 0 ? 0 : empty + (empty < UINT_MAX),
-                          memory_order_relaxed);
+    /* Busy: its holder is progressing the worker; not an empty poll. */
+    if (pthread_mutex_trylock(&zcopy_ucx.lock) != 0)
+        return 0;
+    if (zcopy_ucx.state == UCX_STATE_LIVE) {
+        events = zcopy_ucx_worker_progress_locked();
+        empty = atomic_load_explicit(&zcopy_ucx.loop_empty_polls,
+                                     memory_order_relaxed);
+        if (events == 0 && empty < UINT_MAX)
+            atomic_store_explicit(&zcopy_ucx.loop_empty_polls, empty + 1,
+                                  memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&zcopy_ucx.lock);
     return events;
 }
 
@@ -346,5 +368,8 @@ void zcopy_ucx_counts(zcopy_ucx_counts_t *counts)
     counts->nmems = zcopy_ucx.nmems;
     counts->bytes = atomic_load_explicit(&zcopy_ucx.bytes,
                                          memory_order_relaxed);
+    counts->loop_idle = atomic_load_explicit(&zcopy_ucx.loop_empty_polls,
+                                             memory_order_relaxed) >=
+                        LOOP_EMPTY_POLLS_BEFORE_IDLE;
     pthread_mutex_unlock(&zcopy_ucx.lock);
 }

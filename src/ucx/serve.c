@@ -244,6 +244,11 @@ unsigned zcopy_ucx_worker_progress_locked(void)
 
     if (zcopy_ucx.serve_queued > 0)
         zcopy_ucx_serve_locked();
+    /* Work found by any caller wakes Open MPI's loop's polls too
+     * (zcopy_ucx_progress_loop): peers are talking to us. */
+    if (events > 0 || zcopy_ucx.serve_queued > 0)
+        atomic_store_explicit(&zcopy_ucx.loop_empty_polls, 0,
+                              memory_order_relaxed);
     return events;
 }
 

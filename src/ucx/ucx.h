@@ -14,8 +14,9 @@
  * ucp_worker_progress, or the initiator waits forever. So every wait in
  * libzcopy calls zcopy_ucx_progress(), and a rank may block in an MPI call
  * while a peer can still be transferring to or from its memory only if
- * that call progresses the worker too: the coll component registers it
- * with Open MPI's progress loop (zcopy_coll_progress).
+ * that call progresses the worker too: the coll component registers
+ * zcopy_coll_progress with Open MPI's progress loop, which polls the worker
+ * through zcopy_ucx_progress_loop() (less often while nothing happens).
  *
  * Threads. The worker is created UCS_THREAD_MODE_SERIALIZED and every call
  * here takes one process-wide mutex: an application at MPI_THREAD_SERIALIZED
@@ -78,6 +79,7 @@ typedef struct {
     size_t nrkeys;                /* unpacked remote keys, all endpoints */
     size_t nmems;                 /* registrations */
     uint64_t bytes;               /* bytes moved by gets and puts, ever */
+    bool loop_idle;               /* Open MPI's loop polls seldom */
 } zcopy_ucx_counts_t;
 
 /* --- context and worker --------------------------------------------------- */
@@ -123,8 +125,9 @@ static inline unsigned zcopy_ucx_progress(void)
 }
 
 /* zcopy_ucx_progress() for Open MPI's progress loop, which runs in every
- * MPI call: polls on every call while polls find events, one call in 16
- * once they have found none for a while. */
+ * MPI call: polls on every call until 8 polls in a row have found nothing,
+ * then at most every 20 us until a poll (this one's or a wait's) finds an
+ * event. */
 unsigned zcopy_ucx_progress_loop(void);
 
 /* --- endpoints ------------------------------------------------------------ */

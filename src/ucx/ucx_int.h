@@ -72,9 +72,10 @@ typedef struct {
     size_t serve_cap, serve_queued;
     uint64_t read_tags;           /* this process's reads, for their tags */
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
-    /* How Open MPI's progress loop polls (zcopy_ucx_progress_loop). */
-    _Atomic unsigned loop_calls;
-    _Atomic unsigned loop_empty_polls;
+    /* How Open MPI's progress loop polls (zcopy_ucx_progress_loop):
+     * written under the lock, read without it. */
+    _Atomic unsigned loop_empty_polls;  /* in a row; any event clears it */
+    _Atomic uint64_t loop_next_poll_ns; /* once idle, no poll before */
 } zcopy_ucx_state_t;
 
 extern zcopy_ucx_state_t zcopy_ucx;
