@@ -29,3 +29,7 @@ endforeach()
 set_tests_properties(bench.check.corrupt_fails PROPERTIES WILL_FAIL TRUE)
 set_tests_properties(bench.check.corrupt_counts PROPERTIES
   PASS_REGULAR_EXPRESSION "# errors: [1-9]")
+
+# zcopy_progress runs to the end and its allreduce is right (no timing).
+zcopy_add_mpi_test(NAME bench.progress.np2 TARGET zcopy_progress NP 2
+  ARGS 1000 100 LABELS bench)
