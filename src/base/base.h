@@ -140,6 +140,9 @@ zcopy_status_t zcopy_memfd_segment(const char *name, size_t size, int *fd_p,
 bool zcopy_array_reserve(void **array, size_t *capacity, size_t count,
                          size_t elem_size);
 
+/* Monotonic nanoseconds (clock.c), for polls paced by time. */
+uint64_t zcopy_now_ns(void);
+
 static inline size_t zcopy_align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 static inline bool zcopy_is_aligned(uintptr_t v, size_t a) { return (v & (a - 1)) == 0; }
 static inline bool zcopy_ranges_overlap(uintptr_t a, size_t alen, uintptr_t b, size_t blen)

@@ -88,14 +88,6 @@ static struct {
     int noffers;
 } server = { .lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static socklen_t fdpass_name(struct sockaddr_un *addr, pid_t pid, uint64_t ino)
 {
     int len;
@@ -267,7 +259,7 @@ static bool same_user_locked(int conn)
 
 static void serve_locked(int listen_fd)
 {
-    const uint64_t now = now_ns();
+    const uint64_t now = zcopy_now_ns();
     int conn, accepted = 0;
 
     /* Earlier connections whose request had not come yet. */
@@ -314,7 +306,7 @@ void zcopy_ipc_fdpass_serve(bool now)
         atomic_store_explicit(&server.calls, calls + 1, memory_order_relaxed);
         if (calls % FDPASS_POLL_CALLS != 0)
             return;
-        t = now_ns();
+        t = zcopy_now_ns();
         if (t < atomic_load_explicit(&server.next_poll_ns,
                                      memory_order_relaxed))
             return;
@@ -358,7 +350,7 @@ static zcopy_status_t fetch_connect(int sock, pid_t pid, uint64_t table_ino,
             return zcopy_error(ZCOPY_ERR_SYSTEM, "connecting to process %d "
                                "for a descriptor: %s", (int)pid,
                                strerror(errno));
-        if (now_ns() > deadline)
+        if (zcopy_now_ns() > deadline)
             return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d does not "
                                "serve descriptors (no answer in %llu s)",
                                (int)pid, FDPASS_TIMEOUT_NS / 1000000000ull);
@@ -443,7 +435,7 @@ static zcopy_status_t fetch_reply(int sock, pid_t pid, uint64_t deadline,
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return zcopy_error(ZCOPY_ERR_SYSTEM, "descriptor from process "
                                "%d: %s", (int)pid, strerror(errno));
-        if (now_ns() > deadline)
+        if (zcopy_now_ns() > deadline)
             return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d did not "
                                "answer a descriptor request in %llu s",
                                (int)pid, FDPASS_TIMEOUT_NS / 1000000000ull);
@@ -497,14 +489,14 @@ zcopy_status_t zcopy_ipc_fdpass_fetch(const zcopy_ipc_id_t *owner,
     const fdpass_request_t req = { .magic = FDPASS_MAGIC,
                                    .job = zcopy_ipc_job_id(), .ino = ino,
                                    .fd = remote_fd };
-    const uint64_t deadline = now_ns() + FDPASS_TIMEOUT_NS;
+    const uint64_t deadline = zcopy_now_ns() + FDPASS_TIMEOUT_NS;
     unsigned spins = 0;
     zcopy_status_t st;
 
     /* An owner that dropped the connection unanswered (its pending slots
      * full, or our request late) is asked again, until the deadline. */
     while ((st = fetch_once(owner, &req, deadline, fd_p)) == ZCOPY_ERR_BUSY) {
-        if (now_ns() > deadline)
+        if (zcopy_now_ns() > deadline)
             return zcopy_error(ZCOPY_ERR_UNSUPPORTED, "process %d did not "
                                "answer a descriptor request in %llu s",
                                (int)owner->pid,

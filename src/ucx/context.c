@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 zcopy_ucx_state_t zcopy_ucx = { .lock = PTHREAD_MUTEX_INITIALIZER };
 _Atomic bool zcopy_ucx_live;
@@ -278,14 +277,6 @@ unsigned zcopy_ucx_progress_worker(void)
 #define LOOP_EMPTY_POLLS_BEFORE_IDLE 8
 #define LOOP_IDLE_POLL_NS 20000
 
-static uint64_t loop_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Relaxed loads and stores, not read-modify-writes, for the idle clock:
  * threads that race poll once more or once less, never stop polling. */
 unsigned zcopy_ucx_progress_loop(void)
@@ -298,7 +289,7 @@ unsigned zcopy_ucx_progress_loop(void)
     if (atomic_load_explicit(&zcopy_ucx.loop_empty_polls,
                              memory_order_relaxed) >=
         LOOP_EMPTY_POLLS_BEFORE_IDLE) {
-        t = loop_now_ns();
+        t = zcopy_now_ns();
         if (t < atomic_load_explicit(&zcopy_ucx.loop_next_poll_ns,
                                      memory_order_relaxed))
             return 0;
