@@ -135,6 +135,7 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         { ZCOPY_UCX_FETCH_AUTO, "auto" },
         { ZCOPY_UCX_FETCH_GET, "get" },
         { ZCOPY_UCX_FETCH_SEND, "send" },
+        { ZCOPY_UCX_FETCH_PML, "pml" },
         { 0, NULL },
     };
 
@@ -143,8 +144,11 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         "is one UCX get (which UCX 1.13 emulates on tcp with the target's "
         "active messages); send asks the target, which sends the bytes "
         "from its registered buffer with a tagged send into the reader's "
-        "buffer; auto is get where UCX reaches the peer over InfiniBand "
-        "or RoCE (rc, dc), else send, measured 3.4x faster over tcp",
+        "buffer; pml asks the same way, and the target sends through Open "
+        "MPI's point-to-point engine (the PML and its BTLs) into the "
+        "reader's buffer; auto is get where UCX reaches the peer over "
+        "InfiniBand or RoCE (rc, dc), else send, measured 3.4x faster "
+        "over tcp",
         &c->ucx_fetch);
 }
 
@@ -412,7 +416,7 @@ static int zcopy_close(void)
 
 typedef enum { PVAR_ZCOPY_CALLS, PVAR_FALLBACK_CALLS, PVAR_IPC_BYTES,
                PVAR_UCX_BYTES, PVAR_INLINE_CALLS, PVAR_CTL_MSGS,
-               PVAR_CTL_BYTES } zcopy_pvar_t;
+               PVAR_CTL_BYTES, PVAR_P2P_BYTES } zcopy_pvar_t;
 
 static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
                           void *obj)
@@ -435,6 +439,7 @@ static int zcopy_pvar_get(const struct mca_base_pvar_t *pvar, void *value,
     case PVAR_INLINE_CALLS:   *out = s.inline_calls; break;
     case PVAR_CTL_MSGS:       *out = s.ctl_msgs; break;
     case PVAR_CTL_BYTES:      *out = s.ctl_bytes; break;
+    case PVAR_P2P_BYTES:      *out = s.p2p_bytes; break;
     }
     return OMPI_SUCCESS;
 }
@@ -482,6 +487,9 @@ int mca_coll_zcopy_register_pvars(void)
           "this communicator: a record in shared memory counts once, what "
           "goes to another server once per rank it reaches", PVAR_CTL_MSGS },
         { "ctl_bytes", "Bytes of those control messages", PVAR_CTL_BYTES },
+        { "p2p_bytes", "Bytes this rank read from other servers through "
+          "Open MPI's point-to-point engine on this communicator "
+          "(coll_zcopy_ucx_fetch pml)", PVAR_P2P_BYTES },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

@@ -7,13 +7,25 @@
  */
 #include "coll_zcopy.h"
 
+#include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
+#include "ompi/mca/coll/base/coll_tags.h"
+#include "ompi/mca/pml/pml.h"
 #include "ompi/op/op.h"
+#include "ompi/request/request.h"
 #include "opal/runtime/opal_progress.h"
 
 #include "host/host.h"
 
+#include <limits.h>
 #include <stdlib.h>
+
+/* The tag of the spanning collectives' transfers through the PML: a
+ * blocking collective's, which no other message on the communicator can
+ * carry meanwhile (one blocking collective at a time runs on a
+ * communicator, and a finished one has matched all of its messages);
+ * zcopy never takes alltoallw, so nothing of its own shares it either. */
+#define ZCOPY_P2P_TAG MCA_COLL_BASE_TAG_ALLTOALLW
 
 _Static_assert(sizeof(MPI_Fint) == sizeof(int),
                "compat/fint_2_int.h converts MPI_Fint by identity");
@@ -83,6 +95,74 @@ static bool host_progress(void)
     return opal_progress_yield_when_idle;
 }
 
+static uint32_t host_comm_cid(MPI_Comm comm)
+{
+    return ompi_comm_get_cid((ompi_communicator_t *)comm);
+}
+
+/* The communicator @cid names in this process: the same on every member. */
+static ompi_communicator_t *host_p2p_comm(uint32_t cid, int peer, size_t len)
+{
+    ompi_communicator_t *comm = ompi_comm_lookup(cid);
+
+    if (comm == NULL || peer < 0 || peer >= ompi_comm_size(comm) ||
+        len > INT_MAX)
+        return NULL;
+    return comm;
+}
+
+static int host_p2p_isend(uint32_t cid, int peer, const void *buf, size_t len,
+                          void **req)
+{
+    ompi_communicator_t *comm = host_p2p_comm(cid, peer, len);
+    ompi_request_t *r = NULL;
+    int rc;
+
+    if (comm == NULL)
+        return MPI_ERR_ARG;
+    /* The PML only reads a send buffer: its interface is older than const. */
+    rc = MCA_PML_CALL(isend((void *)(uintptr_t)buf, (int)len,
+                            &ompi_mpi_byte.dt, peer, ZCOPY_P2P_TAG,
+                            MCA_PML_BASE_SEND_STANDARD, comm, &r));
+    *req = r;
+    return rc;
+}
+
+static int host_p2p_irecv(uint32_t cid, int peer, void *buf, size_t len,
+                          void **req)
+{
+    ompi_communicator_t *comm = host_p2p_comm(cid, peer, len);
+    ompi_request_t *r = NULL;
+    int rc;
+
+    if (comm == NULL)
+        return MPI_ERR_ARG;
+    rc = MCA_PML_CALL(irecv(buf, (int)len, &ompi_mpi_byte.dt, peer,
+                            ZCOPY_P2P_TAG, comm, &r));
+    *req = r;
+    return rc;
+}
+
+static bool host_p2p_done(void *req, size_t *len, bool *failed)
+{
+    ompi_request_t *r = req;
+
+    if (!REQUEST_COMPLETE(r))
+        return false;
+    *failed = r->req_status.MPI_ERROR != MPI_SUCCESS;
+    *len = r->req_status._ucount;
+    ompi_request_free(&r);
+    return true;
+}
+
+static void host_p2p_cancel(void *req)
+{
+    ompi_request_t *r = req;
+
+    ompi_request_cancel(r);
+    ompi_request_wait(&r, MPI_STATUS_IGNORE);
+}
+
 void mca_coll_zcopy_install_host(void)
 {
     static const zcopy_host_t hooks = {
@@ -91,6 +171,11 @@ void mca_coll_zcopy_install_host(void)
         .op_reduces = host_op_reduces,
         .reduce_local = host_reduce_local,
         .predefined = host_predefined,
+        .comm_cid = host_comm_cid,
+        .p2p_isend = host_p2p_isend,
+        .p2p_irecv = host_p2p_irecv,
+        .p2p_done = host_p2p_done,
+        .p2p_cancel = host_p2p_cancel,
         .loop = { .progress = host_progress,
                   .want_progress = mca_coll_zcopy_want_progress },
     };

@@ -107,12 +107,14 @@ typedef enum {
 /* coll_zcopy_ucx_fetch: how a rank reads a peer's buffer on another
  * server. get: one UCX get (emulated by the target on tcp in UCX 1.13);
  * send: the target sends it with a tagged send on request (ucx/serve.c);
- * auto: get where the network does it (rc, dc), else send, which measured
- * 3.4x faster over tcp (src/ucx/README.md). */
+ * pml: the same request, answered through the job's point-to-point engine
+ * (the host's hooks); auto: get where the network does it (rc, dc), else
+ * send, which measured 3.4x faster over tcp (src/ucx/README.md). */
 typedef enum {
     ZCOPY_UCX_FETCH_AUTO,
     ZCOPY_UCX_FETCH_GET,
-    ZCOPY_UCX_FETCH_SEND
+    ZCOPY_UCX_FETCH_SEND,
+    ZCOPY_UCX_FETCH_PML
 } zcopy_ucx_fetch_t;
 
 extern zcopy_config_t zcopy_config;

@@ -73,6 +73,8 @@ static bool default_predefined(MPI_Datatype type, MPI_Op op)
     return false;
 }
 
+/* No point-to-point hooks: libzcopy's own tests read between servers
+ * through UCX alone. */
 zcopy_host_t zcopy_host = {
     .type_elem_bytes = default_type_elem_bytes,
     .type_size = default_type_size,
@@ -91,6 +93,11 @@ ZCOPY_COMPONENT_API void zcopy_host_set(const zcopy_host_t *host)
     HOST_TAKE(op_reduces)
     HOST_TAKE(reduce_local)
     HOST_TAKE(predefined)
+    HOST_TAKE(comm_cid)
+    HOST_TAKE(p2p_isend)
+    HOST_TAKE(p2p_irecv)
+    HOST_TAKE(p2p_done)
+    HOST_TAKE(p2p_cancel)
 #undef HOST_TAKE
     if (host->loop.progress != NULL)
         zcopy_progress_hooks.progress = host->loop.progress;

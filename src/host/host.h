@@ -37,6 +37,23 @@ typedef struct {
      * freed user handle may come back naming another layout). */
     bool (*predefined)(MPI_Datatype type, MPI_Op op);
     zcopy_progress_hooks_t loop;  /* progress.h */
+    /* The job's point-to-point engine, one of the ways the spanning
+     * collectives move data between servers (coll_zcopy_ucx_fetch pml):
+     * @len bytes to or from rank @peer of the communicator whose context
+     * id is @cid, under a tag of the component's. 0 and a request, or an
+     * MPI error class. NULL where there is none (the defaults). */
+    uint32_t (*comm_cid)(MPI_Comm comm);
+    int (*p2p_isend)(uint32_t cid, int peer, const void *buf, size_t len,
+                     void **req);
+    int (*p2p_irecv)(uint32_t cid, int peer, void *buf, size_t len,
+                     void **req);
+    /* True once @req has completed, which it checks without progressing
+     * anything (its callers may be inside the progress loop); the request
+     * is then freed, *@len says the bytes it moved and *@failed whether it
+     * failed. */
+    bool (*p2p_done)(void *req, size_t *len, bool *failed);
+    /* Cancels @req, waits until it is gone and frees it. */
+    void (*p2p_cancel)(void *req);
 } zcopy_host_t;
 
 /* Set once by the component, before any communicator exists, and read by

@@ -17,11 +17,19 @@
  * is refused: answered with an empty message, which fails the reader's
  * receive.
  *
+ * A read may also ask for its answer through the job's point-to-point
+ * engine (the host's hooks, coll_zcopy_ucx_fetch pml): the request names
+ * the communicator and the reader's rank in it, and the target sends
+ * with the host's send, whose completion it checks in the same progress
+ * calls; a refusal is an empty message there too.
+ *
  * The same request asks for the packed remote key of a registration,
  * which a peer fetches the first time it meets a block (ep.c): arrivals
  * name blocks without their keys.
  */
 #include "ucx_int.h"
+
+#include "host/host.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -32,7 +40,11 @@
 
 typedef enum {
     SERVE_READ,                   /* [va, +len) of a registration */
-    SERVE_KEY                     /* the packed key of registration [va, +len) */
+    SERVE_KEY,                    /* the packed key of registration [va, +len) */
+    SERVE_READ_P2P                /* a read answered through the host's
+                                     point-to-point engine: tag is the
+                                     communicator's id << 32 | the reader's
+                                     rank in it */
 } serve_what_t;
 
 typedef struct {
@@ -191,6 +203,75 @@ static void serve_send_locked(const serve_queued_t *e, zcopy_ucx_mem_t *m,
     }
 }
 
+/* A send of the host's answering a read, and the registration it holds. */
+typedef struct {
+    void *req;
+    zcopy_ucx_mem_t *mem;         /* NULL for a refusal */
+} serve_p2p_t;
+
+/* Answers a point-to-point read with [@buf, +@len) of @m (an empty
+ * message, which fails the read, where @m is NULL). */
+static void serve_p2p_locked(const serve_request_t *q, zcopy_ucx_mem_t *m)
+{
+    const uint32_t cid = (uint32_t)(q->tag >> 32);
+    const int reader = (int)(uint32_t)q->tag;
+    serve_p2p_t *sends;
+    void *req = NULL;
+    int rc;
+
+    if (zcopy_ucx.p2p_sending == zcopy_ucx.p2p_cap) {
+        size_t cap = zcopy_ucx.p2p_cap ? 2 * zcopy_ucx.p2p_cap : 16;
+
+        sends = realloc(zcopy_ucx.p2p_sends, cap * sizeof(*sends));
+        if (sends == NULL) {
+            zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory serving a "
+                      "point-to-point read of rank %d: its reader will "
+                      "wait", reader);
+            return;
+        }
+        zcopy_ucx.p2p_sends = sends;
+        zcopy_ucx.p2p_cap = cap;
+    }
+    /* Every process of a job that reads so has the hooks: the component
+     * installs them before any communicator exists. */
+    rc = zcopy_host.p2p_isend != NULL
+             ? zcopy_host.p2p_isend(cid, reader,
+                                    m ? (const void *)(uintptr_t)q->va : NULL,
+                                    m ? q->len : 0, &req)
+             : MPI_ERR_INTERN;
+    if (rc != MPI_SUCCESS) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "answering rank %d's read through "
+                  "the point-to-point engine failed (MPI error %d): its "
+                  "reader will wait", reader, rc);
+        return;
+    }
+    sends = zcopy_ucx.p2p_sends;
+    sends[zcopy_ucx.p2p_sending++] = (serve_p2p_t){ .req = req, .mem = m };
+    if (m != NULL)
+        m->serving++;
+}
+
+/* Retires the point-to-point answers that have completed. */
+static void serve_p2p_poll_locked(void)
+{
+    serve_p2p_t *sends = zcopy_ucx.p2p_sends;
+    size_t kept = 0, len;
+    bool failed;
+
+    for (size_t i = 0; i < zcopy_ucx.p2p_sending; i++) {
+        if (!zcopy_host.p2p_done(sends[i].req, &len, &failed)) {
+            sends[kept++] = sends[i];
+            continue;
+        }
+        if (failed)
+            zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a point-to-point answer to a "
+                      "read failed");
+        if (sends[i].mem != NULL)
+            sends[i].mem->serving--;
+    }
+    zcopy_ucx.p2p_sending = kept;
+}
+
 static void serve_one_locked(const serve_queued_t *e)
 {
     const serve_request_t *q = &e->q;
@@ -206,6 +287,14 @@ static void serve_one_locked(const serve_queued_t *e)
         }
         why = "no registration holds it";
         break;
+    case SERVE_READ_P2P:
+        m = serve_registration(q->va, q->len);
+        if (m == NULL)
+            zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer's read of [%#llx, "
+                      "+%llu) refused: no registration holds it",
+                      (unsigned long long)q->va, (unsigned long long)q->len);
+        serve_p2p_locked(q, m);
+        return;
     case SERVE_KEY:
         m = serve_registration_exactly(q->va, q->len);
         if (m != NULL && m->packed_rkey_len <= ZCOPY_UCX_RKEY_FETCH_MAX) {
@@ -244,6 +333,8 @@ unsigned zcopy_ucx_worker_progress_locked(void)
 
     if (zcopy_ucx.serve_queued > 0)
         zcopy_ucx_serve_locked();
+    if (zcopy_ucx.p2p_sending > 0)
+        serve_p2p_poll_locked();
     /* Work found by any caller wakes Open MPI's loop's polls too
      * (zcopy_ucx_progress_loop): peers are talking to us. */
     if (events > 0 || zcopy_ucx.serve_queued > 0)
@@ -257,6 +348,14 @@ void zcopy_ucx_serve_cleanup_locked(void)
     free(zcopy_ucx.serve_queue);
     zcopy_ucx.serve_queue = NULL;
     zcopy_ucx.serve_cap = zcopy_ucx.serve_queued = 0;
+    /* Answers still sending belong to the host's engine now: forgotten,
+     * not freed (Open MPI releases its requests at its finalize). */
+    if (zcopy_ucx.p2p_sending > 0)
+        zcopy_log(ZCOPY_LOG_WARN, "ucx", "%zu point-to-point answers still "
+                  "sending at cleanup", zcopy_ucx.p2p_sending);
+    free(zcopy_ucx.p2p_sends);
+    zcopy_ucx.p2p_sends = NULL;
+    zcopy_ucx.p2p_cap = zcopy_ucx.p2p_sending = 0;
 }
 
 /* --- the reader's side -------------------------------------------------- */
@@ -344,9 +443,14 @@ static zcopy_status_t serve_ask(zcopy_ucx_ep_t *ep, serve_request_t q,
              : zcopy_error(ZCOPY_ERR_INTERNAL, "ucx: request: no worker");
     if (st != ZCOPY_SUCCESS)
         goto out;
-    sd->q.tag = SERVE_TAG_BIT | ++zcopy_ucx.read_tags;
-    recv = ucp_tag_recv_nbx(zcopy_ucx.worker, buf, cap, sd->q.tag,
-                            ZCOPY_UCX_TAG_MASK_ALL, &rparam);
+    /* An answer through the host's engine has its receive there, posted
+     * by the caller, and its tag names the communicator and the reader. */
+    recv = NULL;
+    if (q.what != SERVE_READ_P2P) {
+        sd->q.tag = SERVE_TAG_BIT | ++zcopy_ucx.read_tags;
+        recv = ucp_tag_recv_nbx(zcopy_ucx.worker, buf, cap, sd->q.tag,
+                                ZCOPY_UCX_TAG_MASK_ALL, &rparam);
+    }
     if (UCS_PTR_IS_ERR(recv)) {
         st = zcopy_ucx_error(UCS_PTR_STATUS(recv), "ucx: receiving %zu "
                              "bytes from pid %llu", cap,
@@ -401,6 +505,24 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
     comp->bytes += len;
     atomic_fetch_add_explicit(&zcopy_ucx.bytes, len, memory_order_relaxed);
     return ZCOPY_SUCCESS;
+}
+
+zcopy_status_t zcopy_ucx_read_ask(zcopy_ucx_ep_t *ep, uint64_t remote,
+                                  zcopy_ucx_rkey_t *rkey, size_t len,
+                                  uint32_t cid, int reader,
+                                  zcopy_ucx_comp_t *comp)
+{
+    const serve_request_t q = { .va = remote, .len = len,
+                                .tag = (uint64_t)cid << 32 | (uint32_t)reader,
+                                .what = SERVE_READ_P2P };
+
+    if (ep == NULL || rkey == NULL || comp == NULL || reader < 0)
+        return zcopy_error(ZCOPY_ERR_ARG, "ucx: read: bad argument");
+    if (rkey->ep != ep || !zcopy_range_inside(remote, len, rkey->va, rkey->size))
+        return zcopy_error(ZCOPY_ERR_RANGE, "ucx: read: [%#llx, +%zu) is not "
+                           "inside the peer's block", (unsigned long long)remote,
+                           len);
+    return serve_ask(ep, q, NULL, 0, NULL, comp);
 }
 
 zcopy_status_t zcopy_ucx_key_ask(zcopy_ucx_ep_t *ep, uint64_t va,

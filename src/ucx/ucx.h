@@ -249,6 +249,18 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
                               zcopy_ucx_rkey_t *rkey, size_t len,
                               zcopy_ucx_comp_t *comp);
 
+/* The request half of a read whose answer comes through the job's
+ * point-to-point engine (coll_zcopy_ucx_fetch pml): asks @ep's peer to send
+ * [@remote, +@len) of the block behind @rkey to rank @reader of the
+ * communicator whose context id is @cid, with the host's send. The caller
+ * has posted the matching receive with the host's hooks (host/host.h);
+ * @comp counts only the request message. An empty message answers a range
+ * the peer holds no registration for. */
+zcopy_status_t zcopy_ucx_read_ask(zcopy_ucx_ep_t *ep, uint64_t remote,
+                                  zcopy_ucx_rkey_t *rkey, size_t len,
+                                  uint32_t cid, int reader,
+                                  zcopy_ucx_comp_t *comp);
+
 /* Non-blocking flush: @comp completes once every transfer issued on @ep
  * before it has completed at the peer too (remote completion). */
 zcopy_status_t zcopy_ucx_flush_nb(zcopy_ucx_ep_t *ep, zcopy_ucx_comp_t *comp);

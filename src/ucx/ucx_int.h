@@ -71,6 +71,10 @@ typedef struct {
     void *serve_queue;            /* requests arrived, not yet served */
     size_t serve_cap, serve_queued;
     uint64_t read_tags;           /* this process's reads, for their tags */
+    /* Reads served through the job's point-to-point engine (serve.c):
+     * sends in flight, each holding its registration's serving. */
+    void *p2p_sends;
+    size_t p2p_cap, p2p_sending;
     _Atomic uint64_t bytes;       /* counts outlive the lock in _counts */
     /* How Open MPI's progress loop polls (zcopy_ucx_progress_loop):
      * written under the lock, read without it. */

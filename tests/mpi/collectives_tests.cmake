@@ -26,12 +26,18 @@ foreach(np 4 3)
                      MCA coll_zcopy_virtual_servers=2 LABELS span)
 endforeach()
 # The same without the latency path between servers: every size through
-# the UCX transfers and syncs (coll_zcopy_span_inline_max 0), with both
-# fetch engines: UCX gets (what auto picks over rc and dc) and reads
-# served by the peer's tagged sends (what auto picks here and over tcp).
-foreach(fetch get send)
+# the UCX transfers and syncs (coll_zcopy_span_inline_max 0), with each
+# fetch engine: UCX gets (what auto picks over rc and dc), reads served by
+# the peer's tagged sends (what auto picks here and over tcp), and reads
+# served through Open MPI's point-to-point engine (span-p2p: p2p_bytes
+# must count them).
+foreach(fetch get send pml)
+  set(mode span)
+  if(fetch STREQUAL "pml")
+    set(mode span-p2p)
+  endif()
   zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.${fetch}.np4
-                     TARGET test_collectives NP 4 ARGS activated span
+                     TARGET test_collectives NP 4 ARGS activated ${mode}
                      MCA coll_zcopy_virtual_servers=2
                          coll_zcopy_span_inline_max=0
                          coll_zcopy_ucx_fetch=${fetch} LABELS span)

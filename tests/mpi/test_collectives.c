@@ -26,9 +26,13 @@
  *     may lie in one server), a fallback for that reason only; phase end
  *     then holds the call to what its path implies, and to every rank having
  *     taken the same one.
- *   - data between servers moves through UCX: at the end of the WORLD and
- *     dup phases, every collective that ran zero-copy with data to move
- *     must have counted ucx_bytes (summed over its calls and all ranks).
+ *   - data between servers moves through UCX, or through Open MPI's
+ *     point-to-point engine under coll_zcopy_ucx_fetch pml: at the end of
+ *     the WORLD and dup phases, every collective that ran zero-copy with
+ *     data to move must have counted ucx_bytes or p2p_bytes (summed over
+ *     its calls and all ranks). `span-p2p` instead of `span` says the job
+ *     runs under pml: each spanning phase that moved data between servers
+ *     must have moved some through that engine; under `span`, none.
  *   - data inside a server moves through mappings: when a server holds
  *     several ranks (by host name, cut into coll_zcopy_virtual_servers
  *     blocks), WORLD's collectives must have counted ipc_bytes too, unless
@@ -1183,7 +1187,9 @@ typedef struct {
     bool either;              /* either path was acceptable, taken) */
     bool inlined;             /* payload travelled in the control line */
     uint64_t moved;           /* ipc + ucx bytes this rank moved */
-    uint64_t ucx;             /* of which through UCX */
+    uint64_t ucx;             /* of which between servers: through UCX, or
+                                 through the point-to-point engine */
+    uint64_t p2p;             /* of which the latter */
     uint64_t reason_hash;     /* of last_fallback_reason; 0 for zero-copy */
 } log_entry_t;
 
@@ -1201,6 +1207,8 @@ typedef struct {
 
 static enum { MODE_ACTIVATED, MODE_MALLOC, MODE_MIXED } mode;
 static bool span;             /* the job's WORLD spans servers */
+static bool expect_p2p;       /* span-p2p: reads between servers go through
+                                 the point-to-point engine (ucx_fetch pml) */
 static unsigned long total_calls;
 
 static uint64_t fnv1a(const char *s)
@@ -1480,9 +1488,9 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     e->either = either;
     e->inlined = di == 1;
     e->moves = c.coll->moves(&c);
-    e->moved = (after.ipc_bytes + after.ucx_bytes) -
-               (before.ipc_bytes + before.ucx_bytes);
-    e->ucx = after.ucx_bytes - before.ucx_bytes;
+    e->p2p = after.p2p_bytes - before.p2p_bytes;
+    e->ucx = after.ucx_bytes - before.ucx_bytes + e->p2p;
+    e->moved = after.ipc_bytes - before.ipc_bytes + e->ucx;
     e->reason_hash = e->zcopy ? 0 : fnv1a(after.last_fallback_reason);
 }
 
@@ -1504,9 +1512,36 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
     for (int k = 0; k < C_COUNT; k++)
         if (calls[k] > 0)
             ZT_CHECK(bytes[k] > 0, "phase %s (n=%d, spans servers): %s: %u "
-                     "zero-copy calls with data to move, yet no byte through "
-                     "UCX (ucx_bytes summed over the calls and all ranks)",
+                     "zero-copy calls with data to move, yet no byte between "
+                     "servers (ucx_bytes + p2p_bytes summed over the calls "
+                     "and all ranks)",
                      ph->name, ph->n, colls[k].name, calls[k]);
+}
+
+/* With "span-p2p" (coll_zcopy_ucx_fetch pml), reads between servers go
+ * through the point-to-point engine: a spanning phase that moved data
+ * between servers moved some that way (puts stay UCX's, and a phase may
+ * move its data by puts alone only if it has no read: none here). */
+static void check_p2p_phase(const phase_t *ph)
+{
+    uint64_t mine = 0, p2p = 0, between = 0, all = 0;
+
+    for (size_t i = 0; i < ph->nlog; i++) {
+        mine += ph->log[i].p2p;
+        between += ph->log[i].ucx;
+    }
+    MPI_Allreduce(&mine, &p2p, 1, MPI_UINT64_T, MPI_SUM, ph->comm);
+    MPI_Allreduce(&between, &all, 1, MPI_UINT64_T, MPI_SUM, ph->comm);
+    if (ph->rank != 0)
+        return;
+    if (expect_p2p)
+        ZT_CHECK(all == 0 || p2p > 0, "phase %s (n=%d): %" PRIu64 " bytes "
+                 "between servers, none through the point-to-point engine "
+                 "(p2p_bytes)", ph->name, ph->n, all);
+    else
+        ZT_CHECK(p2p == 0, "phase %s (n=%d): %" PRIu64 " p2p_bytes, though "
+                 "the point-to-point engine was not asked for", ph->name,
+                 ph->n, p2p);
 }
 
 /* Per call, over all ranks: a zero-copy call that had data to move between
@@ -1532,6 +1567,8 @@ static void phase_end(phase_t *ph)
                   ph->comm);
     if (ph->spans && ph->rank == 0 && ph->n >= 2)
         check_ucx_per_collective(ph, sum + m);
+    if (ph->spans && ph->n >= 2)
+        check_p2p_phase(ph);
     for (int i = 0; i < m && ph->rank == 0 && ph->n >= 2; i++) {
         const log_entry_t *e = &ph->log[i];
         uint64_t moved = sum[i], hmin = sum[2 * m + i],
@@ -1545,7 +1582,8 @@ static void phase_end(phase_t *ph)
                      " bytes through mappings", e->desc, moved);
         else if (e->moves)
             ZT_CHECK(moved > 0, "%s: zero-copy call moved no bytes "
-                     "(ipc_bytes + ucx_bytes over all ranks)", e->desc);
+                     "(ipc_bytes + ucx_bytes + p2p_bytes over all ranks)",
+                     e->desc);
         else
             ZT_CHECK(moved == 0, "%s: moved %" PRIu64 " bytes though no "
                      "data crosses ranks", e->desc, moved);
@@ -1834,10 +1872,11 @@ int main(int argc, char **argv)
         (strcmp(argv[1], "activated") && strcmp(argv[1], "malloc") &&
          strcmp(argv[1], "mixed") && strcmp(argv[1], "alloc_mem") &&
          strcmp(argv[1], "alloc_mem_default")) ||
-        (argc == 3 && strcmp(argv[2], "span"))) {
+        (argc == 3 && strcmp(argv[2], "span") &&
+         strcmp(argv[2], "span-p2p"))) {
         if (wrank == 0)
             fprintf(stderr, "usage: %s activated|malloc|mixed|alloc_mem|"
-                    "alloc_mem_default [span] (at most "
+                    "alloc_mem_default [span|span-p2p] (at most "
                     "%d ranks)\n", argv[0], MAX_RANKS);
         MPI_Finalize();
         return 2;
@@ -1846,6 +1885,7 @@ int main(int argc, char **argv)
     mode = !strcmp(argv[1], "activated") || alloc_mem ? MODE_ACTIVATED
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
+    expect_p2p = span && !strcmp(argv[2], "span-p2p");
     if (span)
         world_servers(world_server);
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);

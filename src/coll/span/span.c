@@ -5,8 +5,11 @@
  */
 #include "span.h"
 
+#include "host/host.h"
 #include "topo/topo.h"
 
+#include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +382,109 @@ static bool span_fetch_by_get(zcopy_ucx_ep_t *ep)
     return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_GET;
 }
 
+/* coll_zcopy_ucx_fetch pml, where the host has a point-to-point engine and
+ * the read fits one of its messages (an int count of bytes). */
+static bool span_fetch_by_p2p(size_t len)
+{
+    return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_PML &&
+           zcopy_host.p2p_irecv != NULL && zcopy_host.comm_cid != NULL &&
+           len <= INT_MAX;
+}
+
+/* A read answered through the job's point-to-point engine: the receive
+ * is posted before the request leaves, so the answer never waits
+ * unexpected at this rank. */
+static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
+                          size_t len, void *dst)
+{
+    zcopy_span_recvs_t *rv = &sa->recvs;
+    const uint32_t cid = zcopy_host.comm_cid(sa->zc->handle);
+    zcopy_ucx_rkey_t *rkey;
+    void *req;
+
+    if (rv->n == rv->cap) {
+        size_t cap = rv->cap ? 2 * rv->cap : 16;
+        void **reqs = realloc(rv->reqs, cap * sizeof(*reqs));
+        size_t *lens = reqs ? realloc(rv->lens, cap * sizeof(*lens)) : NULL;
+
+        if (reqs != NULL)
+            rv->reqs = reqs;
+        if (lens == NULL) {
+            zcopy_error(ZCOPY_ERR_NOMEM, "out of memory");
+            span_fail(sa, "read from", r);
+            return;
+        }
+        rv->lens = lens;
+        rv->cap = cap;
+    }
+    zcopy_ucx_throttle(&sa->comp, ZCOPY_UCX_GET_REQUESTS,
+                       zcopy_config.ucx_max_requests);
+    rkey = span_rkey(sa, r, addr, len);
+    if (rkey == NULL) {
+        span_fail(sa, "read from", r);
+        return;
+    }
+    if (zcopy_host.p2p_irecv(cid, r, dst, len, &req) != MPI_SUCCESS) {
+        zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point receive failed");
+        span_fail(sa, "read from", r);
+        return;
+    }
+    if (zcopy_ucx_read_ask(sa->sp->eps[r], addr, rkey, len, cid, sa->rank,
+                           &sa->comp) != ZCOPY_SUCCESS) {
+        zcopy_host.p2p_cancel(req); /* nobody will answer it */
+        span_fail(sa, "read from", r);
+        return;
+    }
+    rv->reqs[rv->n] = req;
+    rv->lens[rv->n++] = len;
+    sa->p2p_bytes += len;
+}
+
+/* Waits for the reads answered through the point-to-point engine, which
+ * completes them in Open MPI's progress while the UCX worker serves the
+ * peers; any that the request could not reach (@cancel) are cancelled. */
+static void span_wait_p2p(zcopy_span_algo_t *sa, bool cancel)
+{
+    zcopy_span_recvs_t *rv = &sa->recvs;
+    unsigned idle = 0;
+    bool failed;
+    size_t len;
+
+    while (rv->n > 0) {
+        size_t kept = 0;
+
+        for (size_t i = 0; i < rv->n; i++) {
+            if (cancel) {
+                zcopy_host.p2p_cancel(rv->reqs[i]);
+                continue;
+            }
+            if (!zcopy_host.p2p_done(rv->reqs[i], &len, &failed)) {
+                rv->reqs[kept] = rv->reqs[i];
+                rv->lens[kept++] = rv->lens[i];
+                continue;
+            }
+            if (failed || len != rv->lens[i]) {
+                /* An empty answer: the peer refused the range. */
+                zcopy_error(ZCOPY_ERR_RANGE, "a read through the "
+                            "point-to-point engine brought %zu of %zu bytes",
+                            len, rv->lens[i]);
+                span_fail(sa, "read from", -1);
+            }
+        }
+        idle = kept < rv->n ? 0 : idle + 1;
+        rv->n = kept;
+        if (kept == 0)
+            break;
+        zcopy_ucx_progress();
+        zcopy_host_progress();
+        if (idle > 64)
+            sched_yield();
+    }
+    free(rv->reqs);
+    free(rv->lens);
+    *rv = (zcopy_span_recvs_t){ 0 };
+}
+
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
                     void *dst)
 {
@@ -391,6 +497,10 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
         return;
     if (ep == NULL) {
         span_copy_mapped(sa, r, addr, len, dst, false);
+        return;
+    }
+    if (span_fetch_by_p2p(len)) {
+        span_read_p2p(sa, r, addr, len, dst);
         return;
     }
     by_get = span_fetch_by_get(ep);
@@ -436,8 +546,14 @@ void zcopy_span_complete(zcopy_span_algo_t *sa)
 {
     zcopy_span_t *sp = sa->sp;
 
-    if (zcopy_ucx_wait(&sa->comp) != ZCOPY_SUCCESS)
+    bool asked = zcopy_ucx_wait(&sa->comp) == ZCOPY_SUCCESS;
+
+    if (!asked)
         span_fail(sa, "transfers with", -1);
+    /* A request that failed after it was issued reached nobody: its
+     * receive would wait forever. */
+    if (sa->recvs.n > 0)
+        span_wait_p2p(sa, !asked);
     if (sa->comp.peak > 0)
         zcopy_log(ZCOPY_LOG_TRACE, "coll", "rank %d: %s: at most %u UCX "
                   "requests in flight (coll_zcopy_ucx_max_requests %u)",
@@ -762,5 +878,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
                            "results are undefined", zcopy_coll_names[a->type]);
     zc->stats.ipc_bytes += sa.ipc_bytes;
     zc->stats.ucx_bytes += sa.ucx_bytes;
+    zc->stats.p2p_bytes += sa.p2p_bytes;
     return ZCOPY_SUCCESS;
 }
