@@ -127,6 +127,17 @@ static inline bool zcopy_coll_payload_is_blocks(zcopy_coll_type_t type)
 size_t zcopy_coll_block_bytes(const zcopy_comm_t *zc,
                               const zcopy_coll_args_t *a);
 
+/* In-place reduce_scatter and reduce_scatter_block: the bytes of this
+ * rank's result (elements of @elem bytes) when the result's place, the
+ * front of the buffer, is not where its block of the input lies; else 0.
+ * Its block 0 there is rank 0's input until every rank has read it, and
+ * its own block must keep the input afterwards, as stock leaves it (MPI
+ * only says the result lands at the front; mpi4py's tests expect the rest
+ * unchanged): the result waits in zcopy_comm_hold()'s buffer until the sync
+ * (plan.c). */
+size_t zcopy_coll_holding_bytes(const zcopy_comm_t *zc,
+                                const zcopy_coll_args_t *a, size_t elem);
+
 /* The small-collective rule (inline.c): the per-rank payload when the call
  * takes it (at most @limit: the in-server control plane's inline limit, or
  * the spanning path's), else 0. */

@@ -444,3 +444,26 @@ void zcopy_coll_plan(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     if (epoch != 0 && plan_memorable(a, &reads))
         plan_keep(zc, a, &reads, p, epoch);
 }
+
+size_t zcopy_coll_holding_bytes(const zcopy_comm_t *zc,
+                                const zcopy_coll_args_t *a, size_t elem)
+{
+    size_t displ = 0, own;
+
+    if (a->sbuf != MPI_IN_PLACE)
+        return 0;
+    switch (a->type) {
+    case ZCOPY_COLL_REDUCE_SCATTER:
+        for (int j = 0; j < zc->rank; j++)
+            displ += (size_t)a->rcounts[j];
+        own = (size_t)a->rcounts[zc->rank];
+        break;
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+        displ = (size_t)zc->rank * a->rcount;
+        own = a->rcount;
+        break;
+    default:
+        return 0;
+    }
+    return displ > 0 ? own * elem : 0;
+}

@@ -64,7 +64,25 @@ ZCOPY_COMPONENT_API void zcopy_comm_destroy(zcopy_comm_t *zc)
     zcopy_ipc_sweep();
     free(zc->plan_memo);
     free(zc->lists);
+    free(zc->holding);
     free(zc);
+}
+
+bool zcopy_comm_hold(zcopy_comm_t *zc, size_t len)
+{
+    void *p;
+
+    if (len <= zc->holding_len)
+        return true;
+    /* Lines of its own, like the buffers it stands in for. */
+    p = aligned_alloc(ZCOPY_CACHE_LINE,
+                      (len + ZCOPY_CACHE_LINE - 1) & ~(size_t)(ZCOPY_CACHE_LINE - 1));
+    if (p == NULL)
+        return false;
+    free(zc->holding);
+    zc->holding = p;
+    zc->holding_len = len;
+    return true;
 }
 
 zcopy_status_t zcopy_comm_lists_alloc(zcopy_comm_t *zc)

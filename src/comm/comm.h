@@ -71,6 +71,8 @@ typedef struct zcopy_comm {
                                      with the comm */
     void *lists;                  /* ZCOPY_COMM_LISTS pointers per rank, for
                                      one call at a time (zcopy_comm_list) */
+    void *holding;                /* zcopy_comm_hold(): one call's */
+    size_t holding_len;
     MPIX_Zcopy_stats stats;       /* MPI allows one collective at a time per
                                      communicator, so plain counters do */
     /* The last fallback's reason, put into words only when asked for:
@@ -125,6 +127,13 @@ int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
                     zcopy_comm_vote_t *vote);
 
 /* The zcopy state of @handle, or NULL where the component is not enabled. */
+/* Makes the communicator's holding buffer at least @len bytes (false when
+ * out of memory): where an in-place reduce_scatter's result waits, in one
+ * call at a time, until the peers have read the inputs it is to
+ * overwrite. Kept from call to call (grown, never shrunk) and freed with
+ * the communicator; zc->holding is its address. */
+bool zcopy_comm_hold(zcopy_comm_t *zc, size_t len);
+
 zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);
 
 /* Lets every spanning communicator finish the control messages its last

@@ -195,8 +195,9 @@ out:
 /* After a sync that reported failure, in place: the blocks of the ranks
  * that failed, each reduced to its rank by the previous component, from
  * the inputs nobody has touched (block q of every buffer is read by rank q
- * alone, and written by it alone, at its own place). */
-static zcopy_status_t repair_blocks(zcopy_algo_t *al)
+ * alone, and its result written by it alone, to @own_dst: rank 0's own
+ * place, another rank's holding buffer). */
+static zcopy_status_t repair_blocks(zcopy_algo_t *al, uint8_t *own_dst)
 {
     const zcopy_coll_args_t *a = al->a;
     zcopy_comm_ops_t *ops = &al->zc->ops;
@@ -213,8 +214,11 @@ static zcopy_status_t repair_blocks(zcopy_algo_t *al)
                                                  : a->rcount;
         if (c == 0 || !zcopy_ctl_failed_at_sync(al->ctl, q))
             continue;
-        if (q == al->rank && own_in_place)
-            rc = ops->reduce(MPI_IN_PLACE, (uint8_t *)a->rbuf + displ * e, c,
+        if (q == al->rank && own_in_place && displ == 0)
+            rc = ops->reduce(MPI_IN_PLACE, a->rbuf, c, a->stype, a->op, q,
+                             ops->ctx);
+        else if (q == al->rank && own_in_place)
+            rc = ops->reduce((uint8_t *)a->rbuf + displ * e, own_dst, c,
                              a->stype, a->op, q, ops->ctx);
         else
             rc = ops->reduce(in + displ * e, q == al->rank ? a->rbuf : NULL,
@@ -229,8 +233,9 @@ static zcopy_status_t repair_blocks(zcopy_algo_t *al)
 
 /* Rank r reduces block r of every input. In place, the inputs are the
  * outputs, and block 0 of this rank's buffer may only be overwritten once
- * rank 0 has read it: hence the result goes to block r first, then moves to
- * the front after the sync. */
+ * rank 0 has read it, while block r must keep its input: hence the result
+ * waits in the communicator's holding buffer (reserved before the arrival,
+ * zcopy_coll_holding_bytes), then goes to the front after the sync. */
 zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
 {
     uint8_t **ins = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_INPUTS);
@@ -251,7 +256,7 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
         total += c;
     }
     own = a->type == ZCOPY_COLL_REDUCE_SCATTER ? (size_t)a->rcounts[r] : a->rcount;
-    dst = in_place ? (uint8_t *)a->rbuf + displ * e : (uint8_t *)a->rbuf;
+    dst = in_place && displ > 0 ? al->zc->holding : (uint8_t *)a->rbuf;
     if (own > 0 && map_all(al, true, total * e, ins)) {
         const size_t chunk = zcopy_chunk_elems(e);
         for (size_t at = 0; at < own && !al->failed; at += chunk) {
@@ -265,9 +270,9 @@ zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al)
     if (flags != 0) {
         if (!zcopy_algo_any_in_place(al))
             return ZCOPY_FALLBACK;
-        st = repair_blocks(al);
+        st = repair_blocks(al, dst);
     }
     if (in_place && displ > 0 && own > 0 && st >= 0)
-        memmove(a->rbuf, dst, own * e);
+        memcpy(a->rbuf, dst, own * e);
     return st;
 }

@@ -137,6 +137,11 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     inline_total = zcopy_coll_inline_bytes(zc, a, zc->ctl->inline_limit);
     if (inline_total > 0)
         return server_run_inline(zc, a, &plan, inline_total);
+    if (!zcopy_comm_hold(zc, zcopy_coll_holding_bytes(zc, a, plan.ssize))) {
+        zcopy_ctl_decline(zc->ctl, REASON_SCRATCH);
+        return zcopy_coll_fallback(zc, a->type,
+                                   zcopy_coll_reason_text[REASON_SCRATCH]);
+    }
     al.ssize = plan.ssize;
     al.rsize = plan.rsize;
     server_plan_root_moves(zc, a, &plan);

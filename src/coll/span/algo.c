@@ -387,7 +387,10 @@ zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
     uint8_t *dst;
 
     scattered_block(sa->sp, a, me, &displ, &own);
-    dst = in_place(sa, me) ? (uint8_t *)a->rbuf + displ * e : a->rbuf;
+    /* In place, the result waits in the communicator's holding buffer
+     * (reserved before the arrival) until no peer reads this rank's
+     * inputs, and its own block keeps its input (zcopy_coll_holding_bytes). */
+    dst = in_place(sa, me) && displ > 0 ? sa->zc->holding : a->rbuf;
     make_partials(sa);
     if (sa->sp->max_group > 1 && zcopy_span_sync(sa)) /* partials made */
         return ZCOPY_ERR_INTERNAL;
@@ -395,7 +398,7 @@ zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
     if (zcopy_span_sync(sa))
         return ZCOPY_ERR_INTERNAL;
     if (in_place(sa, me) && displ > 0 && own > 0)
-        memmove(a->rbuf, dst, own * e);
+        memcpy(a->rbuf, dst, own * e);
     return ZCOPY_SUCCESS;
 }
 

@@ -658,7 +658,7 @@ static const zcopy_span_fn_t span_algorithms[ZCOPY_COLL_COUNT] = {
 /* This rank's arrival: the plan, plus the blocks under its buffers, which
  * peers in other groups need to reach them; only the plan when the
  * payloads ride along (@inline_total). */
-static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+static void span_describe(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                           const coll_plan_t *plan, size_t inline_total,
                           zcopy_span_desc_t *d)
 {
@@ -682,7 +682,9 @@ static void span_describe(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                                                   plan->rlen, &d->rblock)))
         d->args.reason = REASON_UCX_BLOCK;
     else if (!span_landing_reserve(zc->span, landing) ||
-             (scratch > 0 && !span_scratch_reserve(zc->span, scratch)))
+             (scratch > 0 && !span_scratch_reserve(zc->span, scratch)) ||
+             !zcopy_comm_hold(zc, zcopy_coll_holding_bytes(zc, a,
+                                                           plan->ssize)))
         d->args.reason = REASON_SCRATCH;
     else if (scratch > 0)
         d->xblock = zc->span->scratch;
