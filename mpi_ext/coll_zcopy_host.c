@@ -124,7 +124,10 @@ static int host_p2p_isend(uint32_t cid, int peer, const void *buf, size_t len,
     rc = MCA_PML_CALL(isend((void *)(uintptr_t)buf, (int)len,
                             &ompi_mpi_byte.dt, peer, ZCOPY_P2P_TAG,
                             MCA_PML_BASE_SEND_STANDARD, comm, &r));
-    *req = r;
+    if (req != NULL)
+        *req = r;
+    else if (rc == OMPI_SUCCESS)
+        rc = ompi_request_free(&r);
     return rc;
 }
 

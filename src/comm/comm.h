@@ -126,7 +126,6 @@ typedef struct {
 int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
                     zcopy_comm_vote_t *vote);
 
-/* The zcopy state of @handle, or NULL where the component is not enabled. */
 /* Makes the communicator's holding buffer at least @len bytes (false when
  * out of memory): where an in-place reduce_scatter's result waits, in one
  * call at a time, until the peers have read the inputs it is to
@@ -134,6 +133,7 @@ int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
  * the communicator; zc->holding is its address. */
 bool zcopy_comm_hold(zcopy_comm_t *zc, size_t len);
 
+/* The zcopy state of @handle, or NULL where the component is not enabled. */
 zcopy_comm_t *zcopy_comm_lookup(MPI_Comm handle);
 
 /* Lets every spanning communicator finish the control messages its last

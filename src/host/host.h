@@ -40,8 +40,10 @@ typedef struct {
     /* The job's point-to-point engine, one of the ways the spanning
      * collectives move data between servers (coll_zcopy_ucx_fetch pml):
      * @len bytes to or from rank @peer of the communicator whose context
-     * id is @cid, under a tag of the component's. 0 and a request, or an
-     * MPI error class. NULL where there is none (the defaults). */
+     * id is @cid, under a tag of the component's. 0 and a request, or the
+     * engine's own nonzero error code. A send given no @req is freed at
+     * once and completes on its own (as MPI_Request_free lets it). NULL
+     * where there is none (the defaults). */
     uint32_t (*comm_cid)(MPI_Comm comm);
     int (*p2p_isend)(uint32_t cid, int peer, const void *buf, size_t len,
                      void **req);

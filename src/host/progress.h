@@ -32,14 +32,20 @@ extern zcopy_progress_hooks_t zcopy_progress_hooks;
 extern _Thread_local unsigned zcopy_host_progress_depth
     __attribute__((tls_model("initial-exec")));
 
+/* Around any call into the MPI library that zcopy makes under one of its
+ * locks (its progress runs; the UCX layer's answers through the
+ * point-to-point engine): the depth above. */
+static inline void zcopy_host_call_enter(void) { zcopy_host_progress_depth++; }
+static inline void zcopy_host_call_leave(void) { zcopy_host_progress_depth--; }
+
 /* Runs the progress engine; true if it yielded the processor. */
 static inline bool zcopy_host_progress(void)
 {
     bool yielded;
 
-    zcopy_host_progress_depth++;
+    zcopy_host_call_enter();
     yielded = zcopy_progress_hooks.progress();
-    zcopy_host_progress_depth--;
+    zcopy_host_call_leave();
     return yielded;
 }
 

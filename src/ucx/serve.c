@@ -21,7 +21,11 @@
  * engine (the host's hooks, coll_zcopy_ucx_fetch pml): the request names
  * the communicator and the reader's rank in it, and the target sends
  * with the host's send, whose completion it checks in the same progress
- * calls; a refusal is an empty message there too.
+ * calls; a refusal is an empty message there too. Those answers share one
+ * tag, so the reader's receives from a target match them in the order it
+ * asked: the requests of one reader travel on one endpoint as eager
+ * active messages of one lane, which UCX delivers in order, and the
+ * target answers each, in arrival order, exactly once.
  *
  * The same request asks for the packed remote key of a registration,
  * which a peer fetches the first time it meets a block (ep.c): arrivals
@@ -30,6 +34,7 @@
 #include "ucx_int.h"
 
 #include "host/host.h"
+#include "host/progress.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -86,6 +91,7 @@ static bool serve_queue_reserve(void)
 }
 
 static void serve_sent(void *request, ucs_status_t status, void *user_data);
+static void serve_p2p_refuse(const serve_request_t *q);
 
 /* The empty answer: the reader's receive fails instead of waiting. */
 static void serve_refuse(ucp_ep_h reply_ep, uint64_t tag)
@@ -122,7 +128,13 @@ static ucs_status_t serve_request_arrived(void *arg, const void *header,
 
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory queueing a read "
                   "request: refused");
-        serve_refuse(param->reply_ep, q->tag);
+        /* Ahead of queued answers to the same reader, perhaps: then it
+         * fails a receive of another read, which still fails the
+         * collective, and every receive still gets one answer. */
+        if (q->what == SERVE_READ_P2P)
+            serve_p2p_refuse(q);
+        else
+            serve_refuse(param->reply_ep, q->tag);
         return UCS_OK;
     }
     e = &((serve_queued_t *)zcopy_ucx.serve_queue)[zcopy_ucx.serve_queued++];
@@ -206,49 +218,84 @@ static void serve_send_locked(const serve_queued_t *e, zcopy_ucx_mem_t *m,
 /* A send of the host's answering a read, and the registration it holds. */
 typedef struct {
     void *req;
-    zcopy_ucx_mem_t *mem;         /* NULL for a refusal */
+    zcopy_ucx_mem_t *mem;
 } serve_p2p_t;
 
-/* Answers a point-to-point read with [@buf, +@len) of @m (an empty
- * message, which fails the read, where @m is NULL). */
-static void serve_p2p_locked(const serve_request_t *q, zcopy_ucx_mem_t *m)
+/* The host's send, called under the layer's lock and perhaps from inside
+ * Open MPI's progress loop: what it calls back (a free list growing
+ * through the MPI_Alloc_mem pool) must not register memory, which would
+ * take the lock again (host/progress.h). @req NULL: freed at once. */
+static int serve_p2p_send(uint32_t cid, int reader, const void *buf,
+                          size_t len, void **req)
 {
-    const uint32_t cid = (uint32_t)(q->tag >> 32);
-    const int reader = (int)(uint32_t)q->tag;
-    serve_p2p_t *sends;
-    void *req = NULL;
     int rc;
 
-    if (zcopy_ucx.p2p_sending == zcopy_ucx.p2p_cap) {
-        size_t cap = zcopy_ucx.p2p_cap ? 2 * zcopy_ucx.p2p_cap : 16;
-
-        sends = realloc(zcopy_ucx.p2p_sends, cap * sizeof(*sends));
-        if (sends == NULL) {
-            zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory serving a "
-                      "point-to-point read of rank %d: its reader will "
-                      "wait", reader);
-            return;
-        }
-        zcopy_ucx.p2p_sends = sends;
-        zcopy_ucx.p2p_cap = cap;
-    }
     /* Every process of a job that reads so has the hooks: the component
      * installs them before any communicator exists. */
-    rc = zcopy_host.p2p_isend != NULL
-             ? zcopy_host.p2p_isend(cid, reader,
-                                    m ? (const void *)(uintptr_t)q->va : NULL,
-                                    m ? q->len : 0, &req)
-             : MPI_ERR_INTERN;
-    if (rc != MPI_SUCCESS) {
+    if (zcopy_host.p2p_isend == NULL)
+        return -1;
+    zcopy_host_call_enter();
+    rc = zcopy_host.p2p_isend(cid, reader, buf, len, req);
+    zcopy_host_call_leave();
+    return rc;
+}
+
+/* The empty answer, which fails the read: nothing to hold, so nothing to
+ * track. The reader's receive matches the answers of one target in the
+ * order they are sent, so every request that arrives gets exactly one. */
+static void serve_p2p_refuse(const serve_request_t *q)
+{
+    const int reader = (int)(uint32_t)q->tag;
+    int rc = serve_p2p_send((uint32_t)(q->tag >> 32), reader, NULL, 0, NULL);
+
+    if (rc != 0)
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "refusing rank %d's read through "
+                  "the point-to-point engine failed (error %d): its reader "
+                  "will wait", reader, rc);
+}
+
+static bool serve_p2p_reserve(void)
+{
+    size_t cap = zcopy_ucx.p2p_cap ? 2 * zcopy_ucx.p2p_cap : 16;
+    serve_p2p_t *sends;
+
+    if (zcopy_ucx.p2p_sending < zcopy_ucx.p2p_cap)
+        return true;
+    sends = realloc(zcopy_ucx.p2p_sends, cap * sizeof(*sends));
+    if (sends == NULL)
+        return false;
+    zcopy_ucx.p2p_sends = sends;
+    zcopy_ucx.p2p_cap = cap;
+    return true;
+}
+
+/* Answers a point-to-point read with its range of @m, held until the send
+ * completes; refuses it where that cannot be done. */
+static void serve_p2p_locked(const serve_request_t *q, zcopy_ucx_mem_t *m)
+{
+    const int reader = (int)(uint32_t)q->tag;
+    serve_p2p_t *sends;
+    void *req;
+    int rc;
+
+    if (!serve_p2p_reserve()) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory serving rank %d's "
+                  "read: refused", reader);
+        serve_p2p_refuse(q);
+        return;
+    }
+    rc = serve_p2p_send((uint32_t)(q->tag >> 32), reader,
+                        (const void *)(uintptr_t)q->va, q->len, &req);
+    if (rc != 0) {
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "answering rank %d's read through "
-                  "the point-to-point engine failed (MPI error %d): its "
-                  "reader will wait", reader, rc);
+                  "the point-to-point engine failed (error %d): refused",
+                  reader, rc);
+        serve_p2p_refuse(q);
         return;
     }
     sends = zcopy_ucx.p2p_sends;
     sends[zcopy_ucx.p2p_sending++] = (serve_p2p_t){ .req = req, .mem = m };
-    if (m != NULL)
-        m->serving++;
+    m->serving++;
 }
 
 /* Retires the point-to-point answers that have completed. */
@@ -256,18 +303,20 @@ static void serve_p2p_poll_locked(void)
 {
     serve_p2p_t *sends = zcopy_ucx.p2p_sends;
     size_t kept = 0, len;
-    bool failed;
+    bool failed, done;
 
     for (size_t i = 0; i < zcopy_ucx.p2p_sending; i++) {
-        if (!zcopy_host.p2p_done(sends[i].req, &len, &failed)) {
+        zcopy_host_call_enter();
+        done = zcopy_host.p2p_done(sends[i].req, &len, &failed);
+        zcopy_host_call_leave();
+        if (!done) {
             sends[kept++] = sends[i];
             continue;
         }
         if (failed)
             zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a point-to-point answer to a "
                       "read failed");
-        if (sends[i].mem != NULL)
-            sends[i].mem->serving--;
+        sends[i].mem->serving--;
     }
     zcopy_ucx.p2p_sending = kept;
 }
@@ -289,11 +338,14 @@ static void serve_one_locked(const serve_queued_t *e)
         break;
     case SERVE_READ_P2P:
         m = serve_registration(q->va, q->len);
-        if (m == NULL)
-            zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer's read of [%#llx, "
-                      "+%llu) refused: no registration holds it",
-                      (unsigned long long)q->va, (unsigned long long)q->len);
-        serve_p2p_locked(q, m);
+        if (m != NULL) {
+            serve_p2p_locked(q, m);
+            return;
+        }
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a peer's read of [%#llx, +%llu) "
+                  "refused: no registration holds it",
+                  (unsigned long long)q->va, (unsigned long long)q->len);
+        serve_p2p_refuse(q);
         return;
     case SERVE_KEY:
         m = serve_registration_exactly(q->va, q->len);
@@ -382,6 +434,7 @@ static void read_arrived(void *request, ucs_status_t status,
 typedef struct {
     zcopy_ucx_comp_t *comp;
     void *recv;                   /* its reply's receive, NULL if done */
+    bool *lost;                   /* set if it fails; NULL if nobody asks */
     serve_request_t q;
 } serve_send_t;
 
@@ -395,6 +448,8 @@ static void request_sent(void *request, ucs_status_t status, void *user_data)
     /* A request that never left: nobody answers its receive. */
     if (status != UCS_OK && sd->recv != NULL)
         ucp_request_cancel(zcopy_ucx.worker, sd->recv);
+    if (status != UCS_OK && sd->lost != NULL)
+        *sd->lost = true;
     comp->pending--;
     free(sd);
     ucp_request_free(request);
@@ -402,10 +457,12 @@ static void request_sent(void *request, ucs_status_t status, void *user_data)
 
 /* Sends request @q (its tag set here) to @ep's peer and posts the receive
  * of its answer into [@buf, +@cap): exactly @cap bytes, or with @got any
- * nonzero number up to @cap, stored there. Both count into @comp. */
+ * nonzero number up to @cap, stored there. Both count into @comp. A read
+ * answered through the host's engine posts no receive here, and has the
+ * request's failure on the way reported in *@lost. */
 static zcopy_status_t serve_ask(zcopy_ucx_ep_t *ep, serve_request_t q,
                                 void *buf, size_t cap, size_t *got,
-                                zcopy_ucx_comp_t *comp)
+                                bool *lost, zcopy_ucx_comp_t *comp)
 {
     ucp_request_param_t rparam = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -433,7 +490,7 @@ static zcopy_status_t serve_ask(zcopy_ucx_ep_t *ep, serve_request_t q,
         return zcopy_error(ZCOPY_ERR_NOMEM, "ucx: request: out of memory");
     }
     *r = (serve_recv_t){ .comp = comp, .len = cap, .got = got };
-    *sd = (serve_send_t){ .comp = comp, .q = q };
+    *sd = (serve_send_t){ .comp = comp, .lost = lost, .q = q };
     rparam.user_data = r;
     sparam.user_data = sd;
 
@@ -499,7 +556,7 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
         return zcopy_error(ZCOPY_ERR_RANGE, "ucx: read: [%#llx, +%zu) is not "
                            "inside the peer's block", (unsigned long long)remote,
                            len);
-    st = serve_ask(ep, q, local, len, NULL, comp);
+    st = serve_ask(ep, q, local, len, NULL, NULL, comp);
     if (st != ZCOPY_SUCCESS)
         return st;
     comp->bytes += len;
@@ -509,20 +566,22 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
 
 zcopy_status_t zcopy_ucx_read_ask(zcopy_ucx_ep_t *ep, uint64_t remote,
                                   zcopy_ucx_rkey_t *rkey, size_t len,
-                                  uint32_t cid, int reader,
+                                  uint32_t cid, int reader, bool *lost,
                                   zcopy_ucx_comp_t *comp)
 {
     const serve_request_t q = { .va = remote, .len = len,
                                 .tag = (uint64_t)cid << 32 | (uint32_t)reader,
                                 .what = SERVE_READ_P2P };
 
-    if (ep == NULL || rkey == NULL || comp == NULL || reader < 0)
+    if (ep == NULL || rkey == NULL || comp == NULL || lost == NULL ||
+        reader < 0)
         return zcopy_error(ZCOPY_ERR_ARG, "ucx: read: bad argument");
     if (rkey->ep != ep || !zcopy_range_inside(remote, len, rkey->va, rkey->size))
         return zcopy_error(ZCOPY_ERR_RANGE, "ucx: read: [%#llx, +%zu) is not "
                            "inside the peer's block", (unsigned long long)remote,
                            len);
-    return serve_ask(ep, q, NULL, 0, NULL, comp);
+    *lost = false;
+    return serve_ask(ep, q, NULL, 0, NULL, lost, comp);
 }
 
 zcopy_status_t zcopy_ucx_key_ask(zcopy_ucx_ep_t *ep, uint64_t va,
@@ -532,5 +591,5 @@ zcopy_status_t zcopy_ucx_key_ask(zcopy_ucx_ep_t *ep, uint64_t va,
     const serve_request_t q = { .va = va, .len = size, .what = SERVE_KEY };
 
     *len_p = 0;
-    return serve_ask(ep, q, buf, cap, len_p, comp);
+    return serve_ask(ep, q, buf, cap, len_p, NULL, comp);
 }

@@ -254,11 +254,13 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
  * [@remote, +@len) of the block behind @rkey to rank @reader of the
  * communicator whose context id is @cid, with the host's send. The caller
  * has posted the matching receive with the host's hooks (host/host.h);
- * @comp counts only the request message. An empty message answers a range
- * the peer holds no registration for. */
+ * @comp counts only the request message. The peer always answers a request
+ * that reaches it, with an empty message where it cannot serve the range;
+ * one that fails on the way sets *@lost (which must live until @comp is
+ * waited for), and its receive will never be answered. */
 zcopy_status_t zcopy_ucx_read_ask(zcopy_ucx_ep_t *ep, uint64_t remote,
                                   zcopy_ucx_rkey_t *rkey, size_t len,
-                                  uint32_t cid, int reader,
+                                  uint32_t cid, int reader, bool *lost,
                                   zcopy_ucx_comp_t *comp);
 
 /* Non-blocking flush: @comp completes once every transfer issued on @ep

@@ -376,8 +376,8 @@ zcopy_status_t zcopy_span_reduce(zcopy_span_algo_t *sa)
 }
 
 /* Rank r reduces block r (hierarchically, as above) into its own output.
- * In place the result goes to block r of its buffer first (block 0 may
- * still be read) and moves to the front after the last sync. */
+ * In place the result waits aside (the rest of the buffer is input the
+ * peers may still read) and moves to the front after the last sync. */
 zcopy_status_t zcopy_span_reduce_scatter(zcopy_span_algo_t *sa)
 {
     const zcopy_coll_args_t *a = sa->a;

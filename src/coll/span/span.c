@@ -9,7 +9,6 @@
 #include "topo/topo.h"
 
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,26 +396,10 @@ static bool span_fetch_by_p2p(size_t len)
 static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
                           size_t len, void *dst)
 {
-    zcopy_span_recvs_t *rv = &sa->recvs;
     const uint32_t cid = zcopy_host.comm_cid(sa->zc->handle);
     zcopy_ucx_rkey_t *rkey;
-    void *req;
+    zcopy_span_read_t *rd;
 
-    if (rv->n == rv->cap) {
-        size_t cap = rv->cap ? 2 * rv->cap : 16;
-        void **reqs = realloc(rv->reqs, cap * sizeof(*reqs));
-        size_t *lens = reqs ? realloc(rv->lens, cap * sizeof(*lens)) : NULL;
-
-        if (reqs != NULL)
-            rv->reqs = reqs;
-        if (lens == NULL) {
-            zcopy_error(ZCOPY_ERR_NOMEM, "out of memory");
-            span_fail(sa, "read from", r);
-            return;
-        }
-        rv->lens = lens;
-        rv->cap = cap;
-    }
     zcopy_ucx_throttle(&sa->comp, ZCOPY_UCX_GET_REQUESTS,
                        zcopy_config.ucx_max_requests);
     rkey = span_rkey(sa, r, addr, len);
@@ -424,65 +407,81 @@ static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
         span_fail(sa, "read from", r);
         return;
     }
-    if (zcopy_host.p2p_irecv(cid, r, dst, len, &req) != MPI_SUCCESS) {
+    rd = malloc(sizeof(*rd));
+    if (rd == NULL) {
+        zcopy_error(ZCOPY_ERR_NOMEM, "out of memory");
+        span_fail(sa, "read from", r);
+        return;
+    }
+    *rd = (zcopy_span_read_t){ .len = len, .peer = r };
+    if (zcopy_host.p2p_irecv(cid, r, dst, len, &rd->req) != 0) {
         zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point receive failed");
+        free(rd);
         span_fail(sa, "read from", r);
         return;
     }
     if (zcopy_ucx_read_ask(sa->sp->eps[r], addr, rkey, len, cid, sa->rank,
-                           &sa->comp) != ZCOPY_SUCCESS) {
-        zcopy_host.p2p_cancel(req); /* nobody will answer it */
+                           &rd->lost, &sa->comp) != ZCOPY_SUCCESS) {
+        zcopy_host.p2p_cancel(rd->req); /* nobody will answer it */
+        free(rd);
         span_fail(sa, "read from", r);
         return;
     }
-    rv->reqs[rv->n] = req;
-    rv->lens[rv->n++] = len;
+    rd->next = sa->reads;
+    sa->reads = rd;
     sa->p2p_bytes += len;
+}
+
+/* Whether @rd has finished: brought its bytes, or failed, or (its request
+ * lost on the way) been cancelled. */
+static bool span_read_done(zcopy_span_algo_t *sa, zcopy_span_read_t *rd)
+{
+    bool failed;
+    size_t len;
+
+    if (rd->lost) {
+        zcopy_host.p2p_cancel(rd->req);
+        return true;
+    }
+    if (!zcopy_host.p2p_done(rd->req, &len, &failed))
+        return false;
+    if (failed || len != rd->len) {
+        /* An empty answer: the peer refused the range. */
+        zcopy_error(ZCOPY_ERR_RANGE, "a read through the point-to-point "
+                    "engine brought %zu of %zu bytes", len, rd->len);
+        span_fail(sa, "read from", rd->peer);
+    }
+    return true;
 }
 
 /* Waits for the reads answered through the point-to-point engine, which
  * completes them in Open MPI's progress while the UCX worker serves the
- * peers; any that the request could not reach (@cancel) are cancelled. */
-static void span_wait_p2p(zcopy_span_algo_t *sa, bool cancel)
+ * peers. Called once their requests are done: every request that reached
+ * its target is answered, even where this rank's collective has failed
+ * (cancelling it would leave the answer unmatched, and its send pending). */
+static void span_wait_p2p(zcopy_span_algo_t *sa)
 {
-    zcopy_span_recvs_t *rv = &sa->recvs;
-    unsigned idle = 0;
-    bool failed;
-    size_t len;
+    zcopy_wait_t w;
 
-    while (rv->n > 0) {
-        size_t kept = 0;
+    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
+    while (sa->reads != NULL) {
+        zcopy_span_read_t **link = &sa->reads;
 
-        for (size_t i = 0; i < rv->n; i++) {
-            if (cancel) {
-                zcopy_host.p2p_cancel(rv->reqs[i]);
+        while (*link != NULL) {
+            zcopy_span_read_t *rd = *link;
+
+            if (!span_read_done(sa, rd)) {
+                link = &rd->next;
                 continue;
             }
-            if (!zcopy_host.p2p_done(rv->reqs[i], &len, &failed)) {
-                rv->reqs[kept] = rv->reqs[i];
-                rv->lens[kept++] = rv->lens[i];
-                continue;
-            }
-            if (failed || len != rv->lens[i]) {
-                /* An empty answer: the peer refused the range. */
-                zcopy_error(ZCOPY_ERR_RANGE, "a read through the "
-                            "point-to-point engine brought %zu of %zu bytes",
-                            len, rv->lens[i]);
-                span_fail(sa, "read from", -1);
-            }
+            *link = rd->next;
+            free(rd);
         }
-        idle = kept < rv->n ? 0 : idle + 1;
-        rv->n = kept;
-        if (kept == 0)
+        if (sa->reads == NULL)
             break;
         zcopy_ucx_progress();
-        zcopy_host_progress();
-        if (idle > 64)
-            sched_yield();
+        zcopy_wait_turn(&w, sa->reads->peer, 1);
     }
-    free(rv->reqs);
-    free(rv->lens);
-    *rv = (zcopy_span_recvs_t){ 0 };
 }
 
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
@@ -546,14 +545,10 @@ void zcopy_span_complete(zcopy_span_algo_t *sa)
 {
     zcopy_span_t *sp = sa->sp;
 
-    bool asked = zcopy_ucx_wait(&sa->comp) == ZCOPY_SUCCESS;
-
-    if (!asked)
+    if (zcopy_ucx_wait(&sa->comp) != ZCOPY_SUCCESS)
         span_fail(sa, "transfers with", -1);
-    /* A request that failed after it was issued reached nobody: its
-     * receive would wait forever. */
-    if (sa->recvs.n > 0)
-        span_wait_p2p(sa, !asked);
+    if (sa->reads != NULL)
+        span_wait_p2p(sa);
     if (sa->comp.peak > 0)
         zcopy_log(ZCOPY_LOG_TRACE, "coll", "rank %d: %s: at most %u UCX "
                   "requests in flight (coll_zcopy_ucx_max_requests %u)",

@@ -310,14 +310,16 @@ static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
            m * ZCOPY_SPAN_DESC_STRIDE + at;
 }
 
-/* Receives of reads answered through the job's point-to-point engine
- * (coll_zcopy_ucx_fetch pml), not yet complete; the arrays live until
- * zcopy_span_complete() has waited for them. */
-typedef struct {
-    void **reqs;
-    size_t *lens;                 /* bytes each must bring */
-    size_t n, cap;
-} zcopy_span_recvs_t;
+/* A read answered through the job's point-to-point engine
+ * (coll_zcopy_ucx_fetch pml), until zcopy_span_complete() has its
+ * receive; allocated one by one, since UCX writes @lost until then. */
+typedef struct zcopy_span_read {
+    struct zcopy_span_read *next;
+    void *req;                    /* its receive */
+    size_t len;                   /* bytes it must bring */
+    int peer;
+    bool lost;                    /* its request never reached @peer */
+} zcopy_span_read_t;
 
 /* One spanning collective in flight (algo.c). */
 typedef struct {
@@ -330,7 +332,7 @@ typedef struct {
     uint64_t ucx_bytes;           /* moved by UCX gets and puts */
     uint64_t p2p_bytes;           /* moved by the job's point-to-point engine */
     zcopy_ucx_comp_t comp;        /* gets and puts not yet waited for */
-    zcopy_span_recvs_t recvs;     /* reads answered through that engine */
+    zcopy_span_read_t *reads;     /* reads answered through that engine */
     bool failed;
 } zcopy_span_algo_t;
 
