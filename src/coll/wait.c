@@ -4,6 +4,7 @@
  */
 #include "wait.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,10 +49,24 @@ int zcopy_cpus_shared(const zcopy_cpus_t *const *cpus, int n)
  * - the job's ranks on this host against the CPUs one process may use; a
  *   process bound to one core says nothing here (mpirun binds each rank to
  *   a core of its own when they fit), so only a set of several counts. */
+/* glibc's sysconf reads sysfs on every call: a tenth of a communicator's
+ * set-up. Taken once per process (racing threads store the same count). */
+static long online_cpus(void)
+{
+    static _Atomic long cached;
+    long n = atomic_load_explicit(&cached, memory_order_relaxed);
+
+    if (n <= 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        atomic_store_explicit(&cached, n, memory_order_relaxed);
+    }
+    return n;
+}
+
 bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self)
 {
     const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = online_cpus();
     int local = local_size ? atoi(local_size) : n;
     int shared = zcopy_cpus_shared(cpus, n);
     int mine = 0;

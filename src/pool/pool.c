@@ -98,7 +98,7 @@ static zcopy_mem_prop_t block_prop(void)
 {
     if (pool.node == NODE_UNKNOWN) {
         zcopy_topo_rank_t self;
-        zcopy_topo_rank_self(&self);
+        zcopy_topo_rank_self(&self, true);
         pool.node = self.numa;
     }
     return (zcopy_mem_prop_t){ .kind = ZCOPY_MEM_HOST, .device = pool.node };

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ static int env_int(const char *name, int dflt)
 
 /* Host name plus kernel boot id: two containers with one name on two
  * machines still differ, and a rebooted host is a new server. */
-static uint64_t host_id(char *host, size_t host_len)
+static uint64_t host_id_read(char *host, size_t host_len)
 {
     char boot[64] = "";
     FILE *f;
@@ -56,6 +57,26 @@ static uint64_t host_id(char *host, size_t host_len)
         fclose(f);
     }
     return hash64(boot, hash64(host, FNV_OFFSET));
+}
+
+/* Read once per process: neither changes while it runs, and reading them
+ * was a tenth of every communicator's set-up. */
+static struct {
+    pthread_once_t once;
+    char host[sizeof(((zcopy_topo_server_t *)0)->host)];
+    uint64_t id;
+} host_facts = { .once = PTHREAD_ONCE_INIT };
+
+static void host_facts_read(void)
+{
+    host_facts.id = host_id_read(host_facts.host, sizeof(host_facts.host));
+}
+
+static uint64_t host_id(char *host, size_t host_len)
+{
+    pthread_once(&host_facts.once, host_facts_read);
+    snprintf(host, host_len, "%s", host_facts.host);
+    return host_facts.id;
 }
 
 zcopy_status_t zcopy_topo_server(zcopy_topo_server_t *server_p)
@@ -92,7 +113,7 @@ zcopy_status_t zcopy_topo_server(zcopy_topo_server_t *server_p)
     return ZCOPY_SUCCESS;
 }
 
-void zcopy_topo_rank_self(zcopy_topo_rank_t *rank)
+void zcopy_topo_rank_self(zcopy_topo_rank_t *rank, bool devices)
 {
     zcopy_topo_server_t s;
     int numa = -1, gpu = -1;
@@ -100,9 +121,11 @@ void zcopy_topo_rank_self(zcopy_topo_rank_t *rank)
     zcopy_topo_server(&s);
     /* Without a topology the devices stay unknown; the server is still
      * right, and that is what decides the path. */
-    if (zcopy_topo_nearest_device(ZCOPY_MEM_HOST, NULL, &numa) != ZCOPY_SUCCESS)
+    if (devices && zcopy_topo_nearest_device(ZCOPY_MEM_HOST, NULL, &numa) !=
+                       ZCOPY_SUCCESS)
         numa = -1;
-    if (zcopy_topo_nearest_device(ZCOPY_MEM_CUDA, NULL, &gpu) != ZCOPY_SUCCESS)
+    if (devices && zcopy_topo_nearest_device(ZCOPY_MEM_CUDA, NULL, &gpu) !=
+                       ZCOPY_SUCCESS)
         gpu = -1;
     *rank = (zcopy_topo_rank_t){
         .server = { s.id[0], s.id[1] },

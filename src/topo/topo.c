@@ -258,9 +258,11 @@ static int nearest_of(const zcopy_topo_device_t *devices, int count,
 }
 
 /* The CPUs this process may run on, for the caller to free. Read each
- * time: the application may rebind between two calls. An unbound process,
- * or one whose binding hwloc cannot read, may run anywhere, so the whole
- * machine is its place. */
+ * time: the application may rebind between two calls. The calling
+ * thread's binding, which runs the collectives: one system call, where
+ * the process's reads every thread's from /proc (a quarter of a
+ * communicator's set-up). An unbound thread, or one whose binding hwloc
+ * cannot read, may run anywhere, so the whole machine is its place. */
 static zcopy_status_t process_binding(const topo_state_t *s,
                                       hwloc_bitmap_t *binding_p)
 {
@@ -268,7 +270,7 @@ static zcopy_status_t process_binding(const topo_state_t *s,
 
     if (binding == NULL)
         return zcopy_error(ZCOPY_ERR_NOMEM, "topology: out of memory");
-    if (hwloc_get_cpubind(s->hw, binding, HWLOC_CPUBIND_PROCESS) != 0 ||
+    if (hwloc_get_cpubind(s->hw, binding, HWLOC_CPUBIND_THREAD) != 0 ||
         hwloc_bitmap_iszero(binding))
         hwloc_bitmap_copy(binding, hwloc_topology_get_topology_cpuset(s->hw));
     *binding_p = binding;

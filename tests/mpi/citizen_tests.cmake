@@ -13,6 +13,14 @@ foreach(np 3 4)
                      TARGET test_citizen NP ${np} ARGS intercomm)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.stats.np2 TARGET test_citizen NP 2 ARGS stats)
+# Bound to cores (Open MPI loads a topology of its own when not), which
+# two ranks fit here.
+add_test(NAME mpi.citizen.idle.np2
+         COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --bind-to core -np 2
+                 $<TARGET_FILE:test_citizen> idle)
+set_tests_properties(mpi.citizen.idle.np2 PROPERTIES
+                     TIMEOUT ${ZCOPY_MPI_TEST_TIMEOUT} LABELS mpi
+                     ENVIRONMENT "${ZCOPY_TEST_ENV}")
 foreach(np 2 3)
   zcopy_add_mpi_test(NAME mpi.citizen.replan.np${np} TARGET test_citizen
                      NP ${np} ARGS replan)

@@ -418,10 +418,15 @@ static void test_server(void)
     CHECK(b.id[1] == 1 && b.local_index == 2 && b.local_count == 3);
 
     /* What a rank tells its peers at setup. */
-    zcopy_topo_rank_self(&me);
+    zcopy_topo_rank_self(&me, true);
     CHECK(me.server[0] == a.id[0] && me.server[1] == 1);
     CHECK(me.local_rank == 2 && me.local_index == 2);
     CHECK(me.numa == -1 || zcopy_topo_numa_node_exists(me.numa));
+    /* Without the devices: the same place, nothing looked up. */
+    zcopy_topo_rank_self(&me, false);
+    CHECK(me.server[0] == a.id[0] && me.server[1] == 1);
+    CHECK(me.local_rank == 2 && me.local_index == 2);
+    CHECK(me.numa == -1 && me.gpu == -1);
 
     /* Nonsense in the environment: a process alone. */
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);

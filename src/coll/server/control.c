@@ -238,7 +238,9 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
         snprintf(reason, reason_len, "setup: out of memory");
         return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
     }
-    zcopy_topo_rank_self(&mine.where);
+    /* The devices only feed the server map printed below. */
+    zcopy_topo_rank_self(&mine.where,
+                         zcopy_config.verbose >= ZCOPY_LOG_INFO);
     zcopy_cpus_of_self(&mine.cpus);
     st = ctl_alloc(&ctl, zc->rank, zc->size);
     if (st == ZCOPY_SUCCESS)

@@ -217,7 +217,7 @@ zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
     sp = span_alloc(zc->rank, zc->size);
     all = calloc((size_t)zc->size, sizeof(*all));
     st = sp && all ? zcopy_comm_lists_alloc(zc) : ZCOPY_ERR_NOMEM;
-    zcopy_topo_rank_self(&mine.where);
+    zcopy_topo_rank_self(&mine.where, false); /* the server is what counts */
     zcopy_cpus_of_self(&mine.cpus);
     if (sp != NULL)
         sp->plane_id = zcopy_span_plane_new_id();
