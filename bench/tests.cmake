@@ -32,4 +32,4 @@ set_tests_properties(bench.check.corrupt_counts PROPERTIES
 
 # zcopy_progress runs to the end and its allreduce is right (no timing).
 zcopy_add_mpi_test(NAME bench.progress.np2 TARGET zcopy_progress NP 2
-  ARGS 1000 100 LABELS bench)
+  ARGS 1000 100 10 LABELS bench)

@@ -16,6 +16,7 @@
 #include "ucx/ucx.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 ZCOPY_COMPONENT_API const char *const zcopy_coll_names[ZCOPY_COLL_COUNT] = {
@@ -61,104 +62,93 @@ zcopy_status_t zcopy_coll_fallback(zcopy_comm_t *zc, zcopy_coll_type_t type,
 /* What changes the path or the number of steps of a collective: if ranks
  * disagreed on any of it, they would wait for each other in different
  * steps. Agreed once, at set-up, never trusted. */
-typedef struct {
-    uint32_t opted_out;           /* info key mpix_zcopy */
-    uint32_t transport;           /* coll_zcopy_transport */
-    uint32_t virtual_servers;     /* coll_zcopy_virtual_servers */
-    uint32_t span_dissemination_min; /* coll_zcopy_span_dissemination_min */
-    uint64_t small_msg;           /* coll_zcopy_small_msg */
-    uint64_t inline_max;          /* coll_zcopy_inline_max */
-    uint64_t inline_max_yield;    /* coll_zcopy_inline_max_yield */
-    uint64_t span_inline_max;     /* coll_zcopy_span_inline_max */
-    uint64_t rooted_yield_min;    /* coll_zcopy_rooted_yield_min */
-    uint64_t one_per_server_min;  /* coll_zcopy_one_per_server_min */
-} coll_settings_t;
-
-static const char *const setting_names[] = {
-    NULL, "info key mpix_zcopy", "coll_zcopy_transport",
-    "coll_zcopy_virtual_servers", "coll_zcopy_small_msg",
-    "coll_zcopy_inline_max", "coll_zcopy_span_inline_max",
-    "coll_zcopy_inline_max_yield", "coll_zcopy_span_dissemination_min",
-    "coll_zcopy_rooted_yield_min", "coll_zcopy_one_per_server_min",
+enum {
+    SETTING_OPTED_OUT,            /* info key mpix_zcopy */
+    SETTING_TRANSPORT,
+    SETTING_VIRTUAL_SERVERS,
+    SETTING_SMALL_MSG,
+    SETTING_INLINE_MAX,
+    SETTING_SPAN_INLINE_MAX,
+    SETTING_INLINE_MAX_YIELD,
+    SETTING_SPAN_DISSEMINATION_MIN,
+    SETTING_ROOTED_YIELD_MIN,
+    SETTING_ONE_PER_SERVER_MIN,
+    SETTINGS
 };
 
-/* 0 when @mine matches rank 0's settings, else which one differs first. */
-static int32_t settings_differ(const coll_settings_t *mine,
-                               const coll_settings_t *root)
+static const char *const setting_names[SETTINGS] = {
+    [SETTING_OPTED_OUT] = "info key mpix_zcopy",
+    [SETTING_TRANSPORT] = "coll_zcopy_transport",
+    [SETTING_VIRTUAL_SERVERS] = "coll_zcopy_virtual_servers",
+    [SETTING_SMALL_MSG] = "coll_zcopy_small_msg",
+    [SETTING_INLINE_MAX] = "coll_zcopy_inline_max",
+    [SETTING_SPAN_INLINE_MAX] = "coll_zcopy_span_inline_max",
+    [SETTING_INLINE_MAX_YIELD] = "coll_zcopy_inline_max_yield",
+    [SETTING_SPAN_DISSEMINATION_MIN] = "coll_zcopy_span_dissemination_min",
+    [SETTING_ROOTED_YIELD_MIN] = "coll_zcopy_rooted_yield_min",
+    [SETTING_ONE_PER_SERVER_MIN] = "coll_zcopy_one_per_server_min",
+};
+
+static void settings_of_self(const zcopy_comm_t *zc, int64_t *v)
 {
-    if (mine->opted_out != root->opted_out)
-        return 1;
-    if (mine->transport != root->transport)
-        return 2;
-    if (mine->virtual_servers != root->virtual_servers)
-        return 3;
-    if (mine->small_msg != root->small_msg)
-        return 4;
-    if (mine->inline_max != root->inline_max)
-        return 5;
-    if (mine->span_inline_max != root->span_inline_max)
-        return 6;
-    if (mine->inline_max_yield != root->inline_max_yield)
-        return 7;
-    if (mine->span_dissemination_min != root->span_dissemination_min)
-        return 8;
-    if (mine->rooted_yield_min != root->rooted_yield_min)
-        return 9;
-    return mine->one_per_server_min != root->one_per_server_min ? 10 : 0;
+    v[SETTING_OPTED_OUT] = zc->opted_out;
+    v[SETTING_TRANSPORT] = zcopy_config.transport;
+    v[SETTING_VIRTUAL_SERVERS] = zcopy_config.virtual_servers;
+    v[SETTING_SMALL_MSG] = (int64_t)zcopy_config.small_msg;
+    /* As the limits they give: values above a record's capacity, or a
+     * yield limit below the other, act alike. */
+    v[SETTING_INLINE_MAX] = (int64_t)zcopy_ctl_inline_limit(false);
+    v[SETTING_SPAN_INLINE_MAX] = (int64_t)zcopy_config.span_inline_max;
+    v[SETTING_INLINE_MAX_YIELD] = (int64_t)zcopy_ctl_inline_limit(true);
+    v[SETTING_SPAN_DISSEMINATION_MIN] = zcopy_config.span_dissemination_min;
+    v[SETTING_ROOTED_YIELD_MIN] = (int64_t)zcopy_config.rooted_yield_min;
+    v[SETTING_ONE_PER_SERVER_MIN] = (int64_t)zcopy_config.one_per_server_min;
 }
 
-/* True when every rank has the same settings (and then zc->state says
- * whether the comm opted out); false, with the comm disabled on every rank
- * for the same reason, when not. Allocates nothing, so that no rank can
- * drop out of the exchange. */
-static bool coll_agree_settings(zcopy_comm_t *zc)
+/* ZCOPY_SUCCESS when every rank has the same settings and could allocate
+ * what the set-up needs (@prepared); ZCOPY_ERR_UNSUPPORTED when a setting
+ * differs (whatever else happened: a rank whose own settings say it
+ * spans servers must not retry where another does), else
+ * ZCOPY_ERR_NOMEM when a rank could not allocate; zc->disabled_reason
+ * says why, the same on every rank. One minimum over the ranks answers
+ * all of it: each setting's least value, and its greatest (the least of
+ * its complement), and the first rank that could not allocate. Allocates
+ * nothing, so that no rank can drop out of the exchange. */
+static zcopy_status_t coll_agree_settings(zcopy_comm_t *zc,
+                                          zcopy_status_t prepared)
 {
-    const coll_settings_t mine = {
-        .opted_out = zc->opted_out,
-        .transport = (uint32_t)zcopy_config.transport,
-        .virtual_servers = (uint32_t)zcopy_config.virtual_servers,
-        .small_msg = zcopy_config.small_msg,
-        /* As the limits they give: values above a record's capacity, or
-         * a yield limit below the other, act alike. */
-        .inline_max = zcopy_ctl_inline_limit(false),
-        .inline_max_yield = zcopy_ctl_inline_limit(true),
-        .span_inline_max = zcopy_config.span_inline_max,
-        .span_dissemination_min =
-            (uint32_t)zcopy_config.span_dissemination_min,
-        .rooted_yield_min = zcopy_config.rooted_yield_min,
-        .one_per_server_min = zcopy_config.one_per_server_min,
-    };
-    coll_settings_t root = mine;
-    zcopy_comm_vote_t vote;
-    int32_t differ, worst;
+    int64_t v[2 * SETTINGS + 1];
+    int worst = -1;
 
-    /* A rank whose bcast failed says so in its own vote, so that every
-     * rank stops here, not only those that saw the failure. */
-    differ = zc->ops.bcast(&root, sizeof(root), 0, zc->ops.ctx) != MPI_SUCCESS
-                 ? -1 : settings_differ(&mine, &root);
-    if (zcopy_comm_vote(zc, differ, false, &vote) != MPI_SUCCESS)
-        worst = -1;
-    else
-        worst = vote.value >= -1 &&
-                        vote.value < (int32_t)(sizeof(setting_names) /
-                                               sizeof(setting_names[0]))
-                    ? vote.value : -1;
-    if (worst != 0) {
-        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason), "%s",
-                 worst < 0 ? "settings exchange failed"
-                           : setting_names[worst]);
-        if (worst > 0)
-            strncat(zc->disabled_reason, " differs between ranks",
-                    sizeof(zc->disabled_reason) -
-                        strlen(zc->disabled_reason) - 1);
-        zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s: zero-copy stays off "
-                  "on this communicator", zc->rank, zc->disabled_reason);
-        zc->state = ZCOPY_COMM_DISABLED;
-        return false;
+    settings_of_self(zc, v);
+    for (int i = 0; i < SETTINGS; i++)
+        v[SETTINGS + i] = ~v[i];
+    v[2 * SETTINGS] = prepared == ZCOPY_SUCCESS ? INT64_MAX : zc->rank;
+    if (zc->ops.allreduce(v, 2 * SETTINGS + 1, MPI_INT64_T, MPI_MIN,
+                          zc->ops.ctx) != MPI_SUCCESS) {
+        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
+                 "settings exchange failed");
+        goto disabled;
     }
-    if (mine.opted_out)
-        zc->state = ZCOPY_COMM_OPTED_OUT;
-    return true;
+    for (int i = 0; i < SETTINGS && worst < 0; i++)
+        if (v[i] != ~v[SETTINGS + i])
+            worst = i;
+    if (worst >= 0) {
+        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
+                 "%s differs between ranks", setting_names[worst]);
+        goto disabled;
+    }
+    if (v[2 * SETTINGS] != INT64_MAX) {
+        snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
+                 "setup: out of memory on rank %d", (int)v[2 * SETTINGS]);
+        return ZCOPY_ERR_NOMEM;
+    }
+    return ZCOPY_SUCCESS;
+
+disabled:
+    zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: %s: zero-copy stays off "
+              "on this communicator", zc->rank, zc->disabled_reason);
+    return ZCOPY_ERR_UNSUPPORTED;
 }
 
 /* Lazy and collective: every rank reaches its first collective on the comm
@@ -167,23 +157,44 @@ static bool coll_agree_settings(zcopy_comm_t *zc)
 static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 {
     bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX;
-    zcopy_status_t st = ZCOPY_ERR_UNSUPPORTED;
+    zcopy_status_t prepared = ZCOPY_SUCCESS, st;
+    void *hellos = NULL;
 
-    if (!coll_agree_settings(zc) || zc->state == ZCOPY_COMM_OPTED_OUT)
+    /* What the control plane needs, allocated before the agreement so
+     * that it covers that too; nothing for a communicator that opted out
+     * (opting out is agreed there as well). */
+    if (!zc->opted_out)
+        prepared = zcopy_comm_lists_alloc(zc);
+    if (!zc->opted_out && !spans && prepared == ZCOPY_SUCCESS) {
+        hellos = calloc((size_t)zc->size, zcopy_ctl_hello_bytes());
+        prepared = hellos != NULL ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
+    }
+    st = coll_agree_settings(zc, prepared);
+    if (st == ZCOPY_SUCCESS && zc->opted_out) {
+        zc->state = ZCOPY_COMM_OPTED_OUT;
         return ZCOPY_ERR_UNSUPPORTED;
-    if (!spans)
-        st = zcopy_ctl_create(zc, &zc->ctl, &spans, zc->disabled_reason,
+    }
+    if (st == ZCOPY_ERR_UNSUPPORTED) {
+        zc->state = ZCOPY_COMM_DISABLED;
+        free(hellos);
+        return st;
+    }
+    if (st == ZCOPY_SUCCESS && !spans)
+        st = zcopy_ctl_create(zc, hellos, &zc->ctl, &spans,
+                              zc->disabled_reason,
                               sizeof(zc->disabled_reason));
+    free(hellos);
     /* Every rank saw the same servers, so every rank takes this branch. */
-    if (spans && zcopy_config.transport != ZCOPY_TRANSPORT_IPC)
+    if (st != ZCOPY_ERR_NOMEM && spans &&
+        zcopy_config.transport != ZCOPY_TRANSPORT_IPC)
         st = zcopy_span_create(zc, &zc->span, zc->disabled_reason,
                                sizeof(zc->disabled_reason));
     zc->state = st == ZCOPY_SUCCESS ? ZCOPY_COMM_READY : ZCOPY_COMM_DISABLED;
     if (st == ZCOPY_SUCCESS)
         zc->disabled_reason[0] = '\0';
-    /* Out of memory passes: every rank of a server saw the same status,
-     * agreed in zcopy_ctl_create, and counts collectives alike, so all
-     * try again together, after twice as many collectives each time. */
+    /* Out of memory passes: every rank saw the same status, agreed above
+     * or in zcopy_ctl_create, and counts collectives alike, so all try
+     * again together, after twice as many collectives each time. */
     if (st == ZCOPY_ERR_NOMEM && !spans) {
         zc->state = ZCOPY_COMM_RETRY;
         zc->retry_at = zc->calls + (UINT64_C(1) << (zc->setups < 20

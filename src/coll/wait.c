@@ -41,14 +41,6 @@ int zcopy_cpus_shared(const zcopy_cpus_t *const *cpus, int n)
     return count;
 }
 
-/* Ranks outnumber cores when more processes share the server's CPUs than
- * there are CPUs to run them. Two views, either is enough:
- * - these ranks against the CPUs they may run on together, which sees
- *   ranks that a cpuset or taskset confines to fewer CPUs than ranks (two
- *   to a core, say);
- * - the job's ranks on this host against the CPUs one process may use; a
- *   process bound to one core says nothing here (mpirun binds each rank to
- *   a core of its own when they fit), so only a set of several counts. */
 /* glibc's sysconf reads sysfs on every call: a tenth of a communicator's
  * set-up. Taken once per process (racing threads store the same count). */
 static long online_cpus(void)
@@ -63,6 +55,14 @@ static long online_cpus(void)
     return n;
 }
 
+/* Ranks outnumber cores when more processes share the server's CPUs than
+ * there are CPUs to run them. Two views, either is enough:
+ * - these ranks against the CPUs they may run on together, which sees
+ *   ranks that a cpuset or taskset confines to fewer CPUs than ranks (two
+ *   to a core, say);
+ * - the job's ranks on this host against the CPUs one process may use; a
+ *   process bound to one core says nothing here (mpirun binds each rank to
+ *   a core of its own when they fit), so only a set of several counts. */
 bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self)
 {
     const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");

@@ -25,10 +25,13 @@ typedef struct {
  * has one progress loop, hence one global. */
 extern zcopy_progress_hooks_t zcopy_progress_hooks;
 
-/* How deep this thread is in progress runs that zcopy's own waits started.
- * Whatever the library's progress calls back meanwhile (a free list of the
- * MPI library growing through the MPI_Alloc_mem pool) runs under locks a
- * wait may hold, and must not take them again (pool/pool.c). */
+/* How deep this thread is in calls into the MPI library that zcopy made:
+ * progress runs its own waits started, and sends it makes under its UCX
+ * layer's lock. Whatever the library calls back meanwhile (a free list of
+ * the MPI library growing through the MPI_Alloc_mem pool) runs under locks
+ * zcopy may hold, and must not take them again (pool/pool.c). Per thread:
+ * under MPI_THREAD_MULTIPLE another thread's pool growth still waits for
+ * the lock, as any thread's registration does. */
 extern _Thread_local unsigned zcopy_host_progress_depth
     __attribute__((tls_model("initial-exec")));
 

@@ -96,11 +96,10 @@ static size_t bits_next(const uint64_t *bm, size_t from, size_t limit, bool set)
 
 static zcopy_mem_prop_t block_prop(void)
 {
-    if (pool.node == NODE_UNKNOWN) {
-        zcopy_topo_rank_t self;
-        zcopy_topo_rank_self(&self, true);
-        pool.node = self.numa;
-    }
+    if (pool.node == NODE_UNKNOWN &&
+        zcopy_topo_nearest_device(ZCOPY_MEM_HOST, NULL, &pool.node) !=
+            ZCOPY_SUCCESS)
+        pool.node = -1;
     return (zcopy_mem_prop_t){ .kind = ZCOPY_MEM_HOST, .device = pool.node };
 }
 

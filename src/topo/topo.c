@@ -257,13 +257,13 @@ static int nearest_of(const zcopy_topo_device_t *devices, int count,
     return best;
 }
 
-/* The CPUs this process may run on, for the caller to free. Read each
- * time: the application may rebind between two calls. The calling
- * thread's binding, which runs the collectives: one system call, where
- * the process's reads every thread's from /proc (a quarter of a
+/* The CPUs the calling thread may run on, for the caller to free: the
+ * thread that runs the collectives, or allocates. Read each time: the
+ * application may rebind between two calls. One system call, where the
+ * process's binding reads every thread's from /proc (a quarter of a
  * communicator's set-up). An unbound thread, or one whose binding hwloc
  * cannot read, may run anywhere, so the whole machine is its place. */
-static zcopy_status_t process_binding(const topo_state_t *s,
+static zcopy_status_t thread_binding(const topo_state_t *s,
                                       hwloc_bitmap_t *binding_p)
 {
     hwloc_bitmap_t binding = hwloc_bitmap_alloc();
@@ -294,7 +294,7 @@ zcopy_status_t zcopy_topo_nearest_device(zcopy_mem_kind_t kind,
         *os_index_p = nearest_of(devices, count, cpuset);
         return ZCOPY_SUCCESS;
     }
-    ZCOPY_CHECK(process_binding(s, &binding));
+    ZCOPY_CHECK(thread_binding(s, &binding));
     *os_index_p = nearest_of(devices, count, binding);
     hwloc_bitmap_free(binding);
     return ZCOPY_SUCCESS;
@@ -335,12 +335,12 @@ zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache)
     int cores;
 
     ZCOPY_CHECK(topo_get(&s));
-    ZCOPY_CHECK(process_binding(s, &binding));
+    ZCOPY_CHECK(thread_binding(s, &binding));
     c = last_cache_above(s->hw, binding);
     hwloc_bitmap_free(binding);
     if (c == NULL || c->attr->cache.size == 0)
         return zcopy_error(ZCOPY_ERR_NOT_FOUND, "topology: no data cache "
-                           "above this process's CPUs");
+                           "above this thread's CPUs");
     cores = hwloc_get_nbobjs_inside_cpuset_by_type(s->hw, c->cpuset,
                                                    HWLOC_OBJ_CORE);
     *cache = (zcopy_topo_cache_t){ .bytes = c->attr->cache.size,

@@ -47,8 +47,9 @@ typedef struct {
     uint64_t server[2];           /* zcopy_topo_server_t.id */
     int32_t local_rank;
     int32_t local_index;
-    int32_t numa;                 /* nearest NUMA node, -1 none */
-    int32_t gpu;                  /* nearest GPU, -1 none */
+    int32_t numa;                 /* nearest NUMA node, -1 none or not
+                                     looked up */
+    int32_t gpu;                  /* nearest GPU, the same */
 } zcopy_topo_rank_t;
 static_assert(sizeof(zcopy_topo_rank_t) == 32, "exchanged between processes");
 
@@ -77,8 +78,8 @@ zcopy_status_t zcopy_topo_devices(zcopy_mem_kind_t kind,
                                   const zcopy_topo_device_t **devices_p,
                                   int *count_p);
 
-/* os_index of the device of @kind nearest to @cpuset (NULL: this process's
- * CPU binding, or the whole machine if it cannot be read), or -1 when no
+/* os_index of the device of @kind nearest to @cpuset (NULL: the calling
+ * thread's CPU binding, or the whole machine if it cannot be read), or -1 when no
  * device is local to all of @cpuset, e.g. an unbound process on a machine
  * with one NUMA node per package. Among the devices local to all of it,
  * the one with the smallest locality wins, then the first. */

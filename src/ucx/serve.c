@@ -232,8 +232,11 @@ static int serve_p2p_send(uint32_t cid, int reader, const void *buf,
 
     /* Every process of a job that reads so has the hooks: the component
      * installs them before any communicator exists. */
-    if (zcopy_host.p2p_isend == NULL)
+    if (zcopy_host.p2p_isend == NULL) {
+        zcopy_log(ZCOPY_LOG_ERROR, "ucx", "a read asked for an answer "
+                  "through a point-to-point engine this process lacks");
         return -1;
+    }
     zcopy_host_call_enter();
     rc = zcopy_host.p2p_isend(cid, reader, buf, len, req);
     zcopy_host_call_leave();

@@ -218,26 +218,22 @@ static int ctl_segment_offer(zcopy_comm_t *zc, zcopy_ctl_t *ctl,
     return zc->ops.bcast(seg, sizeof(*seg), 0, zc->ops.ctx);
 }
 
-zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
-                                bool *spans, char *reason, size_t reason_len)
+size_t zcopy_ctl_hello_bytes(void)
 {
-    ctl_hello_t mine = { 0 }, *all;
+    return sizeof(ctl_hello_t);
+}
+
+zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
+                                zcopy_ctl_t **ctl_p, bool *spans,
+                                char *reason, size_t reason_len)
+{
+    ctl_hello_t mine = { 0 }, *all = hellos;
     ctl_offer_t seg = { .fd = -1 };
     zcopy_comm_vote_t vote;
     zcopy_ctl_t *ctl = NULL;
     zcopy_status_t st;
     int rc, other, failed;
 
-    /* A rank out of memory must still take part in every exchange, or the
-     * others would wait for it forever: agree on the allocations first. */
-    all = calloc((size_t)zc->size, sizeof(*all));
-    st = all != NULL ? zcopy_comm_lists_alloc(zc) : ZCOPY_ERR_NOMEM;
-    rc = zcopy_comm_vote(zc, st, false, &vote);
-    if (rc != MPI_SUCCESS || vote.rank >= 0) {
-        free(all);
-        snprintf(reason, reason_len, "setup: out of memory");
-        return zcopy_error(ZCOPY_ERR_NOMEM, "control setup: out of memory");
-    }
     /* The devices only feed the server map printed below. */
     zcopy_topo_rank_self(&mine.where,
                          zcopy_config.verbose >= ZCOPY_LOG_INFO);
@@ -352,7 +348,6 @@ out:
         zcopy_ipc_fdpass_withdraw(seg.fd);
         close(seg.fd); /* peers fetched it; mappings keep it */
     }
-    free(all);
     if (st != ZCOPY_SUCCESS) {
         zcopy_ctl_destroy(ctl);
         return st;

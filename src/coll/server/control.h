@@ -122,12 +122,18 @@ typedef struct zcopy_ctl {
     const uint8_t **hints;        /* per rank: peer data read last time */
 } zcopy_ctl_t;
 
+/* Bytes per rank of the exchange zcopy_ctl_create() makes. */
+size_t zcopy_ctl_hello_bytes(void);
+
 /* Collective over the communicator (through its service ops): builds the
- * segment and imports every peer. On failure, *reason says why, identically
- * on every rank, and zero-copy stays off for the communicator; *spans is
- * set when that is because its ranks are on several servers. */
-zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, zcopy_ctl_t **ctl_p,
-                                bool *spans, char *reason, size_t reason_len);
+ * segment and imports every peer, exchanging into @hellos (the caller's,
+ * zcopy_ctl_hello_bytes() per rank, allocated on every rank before the
+ * call, as the communicator's lists: zcopy_comm_lists_alloc()). On failure, *reason says why, identically on every rank, and
+ * zero-copy stays off for the communicator; *spans is set when that is
+ * because its ranks are on several servers. */
+zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
+                                zcopy_ctl_t **ctl_p, bool *spans,
+                                char *reason, size_t reason_len);
 void zcopy_ctl_destroy(zcopy_ctl_t *ctl);
 
 static inline zcopy_ctl_slot_t *zcopy_ctl_slot(const zcopy_ctl_t *ctl, int rank)

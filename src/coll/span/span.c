@@ -454,15 +454,30 @@ static bool span_read_done(zcopy_span_algo_t *sa, zcopy_span_read_t *rd)
     return true;
 }
 
+/* Marks lost every read of @reads from @peer (from anyone: @all). */
+static void span_reads_lose(zcopy_span_read_t *reads, int peer, bool all)
+{
+    for (zcopy_span_read_t *rd = reads; rd != NULL; rd = rd->next)
+        if (all || rd->peer == peer)
+            rd->lost = true;
+}
+
 /* Waits for the reads answered through the point-to-point engine, which
  * completes them in Open MPI's progress while the UCX worker serves the
  * peers. Called once their requests are done: every request that reached
  * its target is answered, even where this rank's collective has failed
  * (cancelling it would leave the answer unmatched, and its send pending). */
-static void span_wait_p2p(zcopy_span_algo_t *sa)
+static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
 {
     zcopy_wait_t w;
 
+    /* A lost request may still have arrived (UCX reports the endpoint's
+     * failure, not the message's): its answer would then match a later
+     * read's receive from that peer. Nothing more from that peer is
+     * awaited; the collective has failed anyway. */
+    for (zcopy_span_read_t *rd = sa->reads; rd != NULL; rd = rd->next)
+        if (rd->lost || all_lost)
+            span_reads_lose(sa->reads, rd->peer, all_lost);
     zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
     while (sa->reads != NULL) {
         zcopy_span_read_t **link = &sa->reads;
@@ -547,8 +562,9 @@ void zcopy_span_complete(zcopy_span_algo_t *sa)
 
     if (zcopy_ucx_wait(&sa->comp) != ZCOPY_SUCCESS)
         span_fail(sa, "transfers with", -1);
+    /* Requests still pending outlived the worker: none will be answered. */
     if (sa->reads != NULL)
-        span_wait_p2p(sa);
+        span_wait_p2p(sa, sa->comp.pending != 0);
     if (sa->comp.peak > 0)
         zcopy_log(ZCOPY_LOG_TRACE, "coll", "rank %d: %s: at most %u UCX "
                   "requests in flight (coll_zcopy_ucx_max_requests %u)",
