@@ -77,17 +77,8 @@ typedef struct {
 /* Room for one more request in the queue. */
 static bool serve_queue_reserve(void)
 {
-    size_t cap = zcopy_ucx.serve_cap ? 2 * zcopy_ucx.serve_cap : 16;
-    void *q;
-
-    if (zcopy_ucx.serve_queued < zcopy_ucx.serve_cap)
-        return true;
-    q = realloc(zcopy_ucx.serve_queue, cap * sizeof(serve_queued_t));
-    if (q == NULL)
-        return false;
-    zcopy_ucx.serve_queue = q;
-    zcopy_ucx.serve_cap = cap;
-    return true;
+    return zcopy_array_reserve(&zcopy_ucx.serve_queue, &zcopy_ucx.serve_cap,
+                               zcopy_ucx.serve_queued, sizeof(serve_queued_t));
 }
 
 static void serve_sent(void *request, ucs_status_t status, void *user_data);
@@ -257,21 +248,6 @@ static void serve_p2p_refuse(const serve_request_t *q)
                   "will wait", reader, rc);
 }
 
-static bool serve_p2p_reserve(void)
-{
-    size_t cap = zcopy_ucx.p2p_cap ? 2 * zcopy_ucx.p2p_cap : 16;
-    serve_p2p_t *sends;
-
-    if (zcopy_ucx.p2p_sending < zcopy_ucx.p2p_cap)
-        return true;
-    sends = realloc(zcopy_ucx.p2p_sends, cap * sizeof(*sends));
-    if (sends == NULL)
-        return false;
-    zcopy_ucx.p2p_sends = sends;
-    zcopy_ucx.p2p_cap = cap;
-    return true;
-}
-
 /* Answers a point-to-point read with its range of @m, held until the send
  * completes; refuses it where that cannot be done. */
 static void serve_p2p_locked(const serve_request_t *q, zcopy_ucx_mem_t *m)
@@ -281,7 +257,8 @@ static void serve_p2p_locked(const serve_request_t *q, zcopy_ucx_mem_t *m)
     void *req;
     int rc;
 
-    if (!serve_p2p_reserve()) {
+    if (!zcopy_array_reserve(&zcopy_ucx.p2p_sends, &zcopy_ucx.p2p_cap,
+                             zcopy_ucx.p2p_sending, sizeof(serve_p2p_t))) {
         zcopy_log(ZCOPY_LOG_ERROR, "ucx", "out of memory serving rank %d's "
                   "read: refused", reader);
         serve_p2p_refuse(q);

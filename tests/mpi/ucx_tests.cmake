@@ -2,8 +2,9 @@
 # by generation, get/put/flush between ranks. Its symbols are internal to
 # libzcopy (hidden), so the test builds its own copy of the layer; the
 # base layer it reports errors through comes from libzcopy (one copy of its
-# state, which AddressSanitizer's ODR check insists on), but for the clock,
-# which holds none, and the host hooks, whose defaults it runs on.
+# state, which AddressSanitizer's ODR check insists on), but for the clock
+# and the growable arrays, which hold none, and the host hooks, whose
+# defaults it runs on.
 zcopy_mpi_executable(test_ucx)
 target_sources(test_ucx PRIVATE
   ${PROJECT_SOURCE_DIR}/src/ucx/context.c
@@ -13,6 +14,7 @@ target_sources(test_ucx PRIVATE
   ${PROJECT_SOURCE_DIR}/src/ucx/serve.c
   ${PROJECT_SOURCE_DIR}/src/host/host.c
   ${PROJECT_SOURCE_DIR}/src/host/progress.c
+  ${PROJECT_SOURCE_DIR}/src/base/array.c
   ${PROJECT_SOURCE_DIR}/src/base/clock.c)
 target_include_directories(test_ucx PRIVATE
   ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
