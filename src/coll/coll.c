@@ -76,6 +76,10 @@ enum {
     SETTINGS
 };
 
+/* Calls an idle communicator falls back without any exchange, at most
+ * (coll_setup). */
+#define COLL_IDLE_SKIP_MAX 64u
+
 static const char *const setting_names[SETTINGS] = {
     [SETTING_OPTED_OUT] = "info key mpix_zcopy",
     [SETTING_TRANSPORT] = "coll_zcopy_transport",
@@ -110,21 +114,24 @@ static void settings_of_self(const zcopy_comm_t *zc, int64_t *v)
  * differs (whatever else happened: a rank whose own settings say it
  * spans servers must not retry where another does), else
  * ZCOPY_ERR_NOMEM when a rank could not allocate; zc->disabled_reason
- * says why, the same on every rank. One minimum over the ranks answers
- * all of it: each setting's least value, and its greatest (the least of
- * its complement), and the first rank that could not allocate. Allocates
- * nothing, so that no rank can drop out of the exchange. */
+ * says why, the same on every rank. *@used: whether any rank has ever set
+ * a memory range. One minimum over the ranks answers all of it: each
+ * setting's least value, and its greatest (the least of its complement),
+ * the first rank that could not allocate, and whether all are unused.
+ * Allocates nothing, so that no rank can drop out of the exchange. */
 static zcopy_status_t coll_agree_settings(zcopy_comm_t *zc,
-                                          zcopy_status_t prepared)
+                                          zcopy_status_t prepared, bool *used)
 {
-    int64_t v[2 * SETTINGS + 1];
+    int64_t v[2 * SETTINGS + 2];
     int worst = -1;
 
     settings_of_self(zc, v);
     for (int i = 0; i < SETTINGS; i++)
         v[SETTINGS + i] = ~v[i];
     v[2 * SETTINGS] = prepared == ZCOPY_SUCCESS ? INT64_MAX : zc->rank;
-    if (zc->ops.allreduce(v, 2 * SETTINGS + 1, MPI_INT64_T, MPI_MIN,
+    v[2 * SETTINGS + 1] = !zcopy_registry_ever_used();
+    *used = true;
+    if (zc->ops.allreduce(v, 2 * SETTINGS + 2, MPI_INT64_T, MPI_MIN,
                           zc->ops.ctx) != MPI_SUCCESS) {
         snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
                  "settings exchange failed");
@@ -143,6 +150,7 @@ static zcopy_status_t coll_agree_settings(zcopy_comm_t *zc,
                  "setup: out of memory on rank %d", (int)v[2 * SETTINGS]);
         return ZCOPY_ERR_NOMEM;
     }
+    *used = v[2 * SETTINGS + 1] == 0;
     return ZCOPY_SUCCESS;
 
 disabled:
@@ -151,12 +159,40 @@ disabled:
     return ZCOPY_ERR_UNSUPPORTED;
 }
 
+/* No rank had ever set a memory range (a job that does not use zcopy):
+ * the set-up is put off, and the next calls fall back without any
+ * exchange, 0, 1, 3, 7 ... up to COLL_IDLE_SKIP_MAX - 1 of them between
+ * two agreements, so that such a job pays one allreduce of the previous
+ * component per communicator, and then one in that many calls (SPEC
+ * section 4). Every rank read the same agreement, so every rank skips the
+ * same calls. Why "never set a range" and not "nothing activated": a rank
+ * cannot tell the others when it leaves the idle state, so the skip must
+ * end before any rank may become eligible, and activation needs a range.
+ * A range set for the first time while a skip runs (the process's first
+ * MPIX_Comm_set_memory_range on another communicator, or its first
+ * MPI_Alloc_mem from the pool) is used late: at most as many calls as ran
+ * idle before it, and COLL_IDLE_SKIP_MAX - 1, still fall back. A barrier,
+ * or MPIX_Comm_set_memory_range on the communicator, ends the skip. */
+static void coll_idle(zcopy_comm_t *zc)
+{
+    zc->idle_skip = zc->idle_skip == 0 ? 1 : 2 * zc->idle_skip;
+    if (zc->idle_skip > COLL_IDLE_SKIP_MAX)
+        zc->idle_skip = COLL_IDLE_SKIP_MAX;
+    zc->retry_at = zc->calls + zc->idle_skip;
+    zc->state = ZCOPY_COMM_IDLE;
+    snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
+             "no rank had set a memory range at set-up");
+    zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: no rank has set a memory "
+              "range: set-up put off for %llu calls", zc->rank,
+              (unsigned long long)zc->idle_skip - 1);
+}
+
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
  * component's collectives. Retried only after running out of memory. */
 static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 {
-    bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX;
+    bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX, used;
     zcopy_status_t prepared = ZCOPY_SUCCESS, st;
     void *hellos = NULL;
 
@@ -169,7 +205,7 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
         hellos = calloc((size_t)zc->size, zcopy_ctl_hello_bytes());
         prepared = hellos != NULL ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
     }
-    st = coll_agree_settings(zc, prepared);
+    st = coll_agree_settings(zc, prepared, &used);
     if (st == ZCOPY_SUCCESS && zc->opted_out) {
         zc->state = ZCOPY_COMM_OPTED_OUT;
         return ZCOPY_ERR_UNSUPPORTED;
@@ -178,6 +214,11 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
         zc->state = ZCOPY_COMM_DISABLED;
         free(hellos);
         return st;
+    }
+    if (st == ZCOPY_SUCCESS && !used) {
+        free(hellos);
+        coll_idle(zc);
+        return ZCOPY_ERR_UNSUPPORTED;
     }
     if (st == ZCOPY_SUCCESS && !spans)
         st = zcopy_ctl_create(zc, hellos, &zc->ctl, &spans,
@@ -225,7 +266,11 @@ ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)
 
 void zcopy_coll_range_set(zcopy_comm_t *zc)
 {
-    zcopy_span_wake(zc);
+    /* Collective on @zc: every rank ends its skip at the same call. */
+    if (zc->state == ZCOPY_COMM_IDLE) {
+        zc->state = ZCOPY_COMM_NEW;
+        zc->idle_skip = 0;
+    }
 }
 
 ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
@@ -265,6 +310,9 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     zcopy_ipc_sweep();
     zc->calls++;
     if (zc->state == ZCOPY_COMM_RETRY && zc->calls >= zc->retry_at)
+        zc->state = ZCOPY_COMM_NEW;
+    if (zc->state == ZCOPY_COMM_IDLE &&
+        (zc->calls >= zc->retry_at || a->type == ZCOPY_COLL_BARRIER))
         zc->state = ZCOPY_COMM_NEW;
     if (zc->state == ZCOPY_COMM_NEW)
         coll_setup(zc);

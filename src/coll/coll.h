@@ -61,9 +61,9 @@ bool zcopy_coll_decline_idle(zcopy_comm_t *zc, zcopy_coll_type_t type,
                              MPI_Datatype rtype, int root);
 
 /* MPIX_Comm_set_memory_range ran on @zc's communicator, collectively: a
- * spanning communicator that found every rank idle has its agreement
- * round again at the next call, so that memory activated in the new range
- * is used at once. */
+ * communicator whose set-up found that no rank had set a range (idle,
+ * coll.c) sets up at its next call, so that memory activated in the new
+ * range is used at once. */
 void zcopy_coll_range_set(zcopy_comm_t *zc);
 
 /* For Open MPI's progress loop, hooked in once libzcopy wants it (host

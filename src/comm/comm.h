@@ -42,9 +42,12 @@ typedef enum {
     ZCOPY_COMM_DISABLED,          /* always falls back, see disabled_reason */
     ZCOPY_COMM_OPTED_OUT,         /* info key mpix_zcopy=false on every rank:
                                      forwards, counts nothing */
-    ZCOPY_COMM_RETRY              /* set-up ran out of memory: falls back
+    ZCOPY_COMM_RETRY,             /* set-up ran out of memory: falls back
                                      until collective retry_at, then sets up
                                      again */
+    ZCOPY_COMM_IDLE               /* no rank had ever set a memory range at
+                                     set-up: falls back until collective
+                                     retry_at (or a barrier), then sets up */
 } zcopy_comm_state_t;
 
 typedef struct zcopy_comm {
@@ -58,7 +61,8 @@ typedef struct zcopy_comm {
     const char *name;             /* for logs; set by the component */
     uint64_t calls;               /* collectives entered, the same count on
                                      every rank */
-    uint64_t retry_at;            /* ZCOPY_COMM_RETRY: set up again there */
+    uint64_t retry_at;            /* RETRY, IDLE: set up again there */
+    uint64_t idle_skip;           /* calls the next idle set-up skips */
     unsigned setups;              /* set-ups tried */
     bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[64];

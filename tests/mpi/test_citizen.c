@@ -49,9 +49,12 @@
  *              whose op becomes a non-commutative one, a gather whose
  *              root moves
  *
- *   idle       a job that never activates memory: collectives on malloc'd
- *              buffers, on the world and a split, reach the component and
- *              fall back without it loading the machine's topology
+ *   idle       a job that does not use zcopy yet: collectives on malloc'd
+ *              buffers, on the world, a split and a dup, reach the
+ *              component and fall back without it loading the machine's
+ *              topology or setting the communicators up; once the job
+ *              sets a range, each communicator engages: at once where the
+ *              range was set or after a barrier, within its skip else
  *
  * A hang is a failure: every case arms an alarm well inside the CTest
  * timeout and reports which step it was in.
@@ -200,9 +203,10 @@ static void progress_send_then_coll(pool_t *pool, coll_t coll, bool sync_send,
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     alarm(0);
     after = zt_stats(MPI_COMM_WORLD);
-    /* A barrier moves no data: zero-copy whatever the buffers. */
-    check_path(what, pool->activated || coll == COLL_BARRIER, &before, &after,
-               1);
+    /* A barrier moves no data, but the malloc round runs first, in a job
+     * that has set no memory range yet: nothing is set up, so it falls
+     * back too (coll.c, coll_idle). */
+    check_path(what, pool->activated, &before, &after, 1);
     if (rank == 0) {
         size_t bad = 0;
         for (size_t i = 0; i < msg_bytes; i++)
@@ -246,10 +250,21 @@ static void progress_interleaved_ibarrier(bool activated)
     }
     alarm(0);
     after = zt_stats(b);
-    /* A barrier moves no data: zero-copy on every kind of buffer. */
-    ZT_CHECK(after.zcopy_calls - before.zcopy_calls == 1,
-             "%s: the barrier on B did not run zero-copy (%s)",
-             activated ? "activated" : "malloc", after.last_fallback_reason);
+    /* A barrier moves no data, but in the malloc round the job has set no
+     * memory range yet: B is not set up and falls back (coll.c,
+     * coll_idle); the activated round runs zcopy's own barrier. */
+    if (activated)
+        ZT_CHECK(after.zcopy_calls - before.zcopy_calls == 1,
+                 "activated: the barrier on B did not run zero-copy (%s)",
+                 after.last_fallback_reason);
+    else
+        ZT_CHECK(after.fallback_calls - before.fallback_calls == 1 &&
+                     strstr(after.last_fallback_reason, "memory range"),
+                 "malloc: the barrier on B: %llu fallbacks (%s), expected "
+                 "one for \"no rank had set a memory range\"",
+                 (unsigned long long)(after.fallback_calls -
+                                      before.fallback_calls),
+                 after.last_fallback_reason);
     MPI_Comm_free(&a);
     MPI_Comm_free(&b);
 }
@@ -1047,18 +1062,40 @@ static bool hwloc_plugin_mapped(void)
     return found;
 }
 
+/* Calls of allreduce on @comm until one runs zero-copy, at most @limit. */
+static int idle_calls_until_zcopy(MPI_Comm comm, double *in, double *out,
+                                  int count, int limit)
+{
+    MPIX_Zcopy_stats s = zt_stats(comm);
+    const uint64_t before = s.zcopy_calls;
+    int calls = 0;
+
+    while (calls < limit && s.zcopy_calls == before) {
+        MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, comm);
+        s = zt_stats(comm);
+        calls++;
+    }
+    return s.zcopy_calls == before ? -1 : calls;
+}
+
 /* SPEC section 4: a job that never activates memory pays nothing
  * measurable. Collectives on malloc'd buffers, on the world and on new
  * communicators, reach the component (it counts their fallbacks) without
  * it loading the machine's topology, which took 35 ms of the first one
- * here. */
+ * here, and without setting the communicators up (the reason says so).
+ * Then the job starts using zcopy: a range set on the world ends the
+ * world's idle spell at once, a barrier ends another communicator's, and
+ * one left alone engages within its skip (coll.c, coll_idle). */
 static void run_idle(void)
 {
     const int count = 1024;
     double *in = malloc(count * sizeof(double));
     double *out = malloc(count * sizeof(double));
     MPIX_Zcopy_stats s;
-    MPI_Comm half;
+    MPI_Comm half, other;
+    zt_arena_t arena;
+    size_t used = 0;
+    int calls;
 
     ZT_CHECK(!hwloc_plugin_mapped(), "a hwloc plugin is mapped after "
              "MPI_Init: this check cannot see the topology load");
@@ -1077,7 +1114,11 @@ static void run_idle(void)
     ZT_CHECK(rank / 2 * 2 + 1 >= size || s.fallback_calls == 1,
              "bcast on the split: %llu fallbacks (is the component there?)",
              (unsigned long long)s.fallback_calls);
-    MPI_Comm_free(&half);
+    ZT_CHECK(strstr(s.last_fallback_reason, "memory range") != NULL,
+             "bcast on the split fell back for \"%s\"", s.last_fallback_reason);
+    MPI_Comm_dup(MPI_COMM_WORLD, &other);
+    for (int i = 0; i < 40; i++) /* idle skips of 1, 2, 4, 8, 16 calls */
+        MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, other);
     alarm(0);
     s = zt_stats(MPI_COMM_WORLD);
     /* The allreduce, and whatever the split ran on the world. */
@@ -1085,10 +1126,39 @@ static void run_idle(void)
              "world: %llu fallbacks, %llu zero-copy calls",
              (unsigned long long)s.fallback_calls,
              (unsigned long long)s.zcopy_calls);
+    ZT_CHECK(strstr(s.last_fallback_reason, "memory range") != NULL,
+             "the world fell back for \"%s\"", s.last_fallback_reason);
     ZT_CHECK(!hwloc_plugin_mapped(), "the topology was loaded by a job that "
              "never activated memory");
     free(in);
     free(out);
+
+    /* Now the job uses zcopy, on memory activated on the world. */
+    arm("activated memory after idle calls");
+    zt_arena_init(&arena, MPI_COMM_WORLD, 1 << 20);
+    in = zt_arena_alloc(&arena, &used, count * sizeof(double));
+    out = zt_arena_alloc(&arena, &used, count * sizeof(double));
+    for (int i = 0; i < count; i++)
+        in[i] = rank + i;
+    calls = idle_calls_until_zcopy(MPI_COMM_WORLD, in, out, count, 1);
+    ZT_CHECK(calls == 1, "the world, its range set: zero-copy after %d "
+             "calls", calls);
+    for (int i = 0; i < count; i++)
+        if (!ZT_CHECK(out[i] == (double)size * (size - 1) / 2 +
+                                   (double)size * i, "out[%d] = %g", i, out[i]))
+            break;
+    MPI_Barrier(half);
+    calls = idle_calls_until_zcopy(half, in, out, count, 1);
+    ZT_CHECK(calls == 1 || rank / 2 * 2 + 1 >= size, "the split after a "
+             "barrier: zero-copy after %d calls", calls);
+    /* 40 idle calls: the next agreement is at most 32 calls away. */
+    calls = idle_calls_until_zcopy(other, in, out, count, 64);
+    ZT_CHECK(calls >= 1 && calls <= 32, "the dup left alone: zero-copy "
+             "after %d calls", calls);
+    alarm(0);
+    MPI_Comm_free(&other);
+    MPI_Comm_free(&half);
+    zt_arena_fini(&arena);
 }
 
 /* --- stats --------------------------------------------------------------- */
@@ -1106,8 +1176,11 @@ static void run_stats(void)
         unsigned char canary[64];
     } old;
     MPIX_Zcopy_stats now;
+    pool_t pool;
     int rc;
 
+    /* A range set on the world, so that its barrier runs zero-copy. */
+    pool_init(&pool, true, MIB);
     MPI_Barrier(MPI_COMM_WORLD);
     memset(&old, 0xa5, sizeof(old));
     /* The exported symbol, as an old binary calls it (no macro). */
@@ -1121,6 +1194,7 @@ static void run_stats(void)
              (unsigned long long)old.s.zcopy_calls);
     now = zt_stats(MPI_COMM_WORLD);
     ZT_CHECK(now.zcopy_calls == old.s.zcopy_calls, "sized and v1 differ");
+    pool_fini(&pool);
 }
 
 /* A sum that MPI must treat as non-commutative (zcopy leaves it to the

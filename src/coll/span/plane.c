@@ -67,11 +67,9 @@
 #define PLANE_ROUND_BITS 28
 #define PLANE_MAX_GROUPS (1 << PLANE_GROUP_BITS)
 
-/* What a member reports at an arrival: it declined the collective; it has
- * set a memory range (its process is not idle, span.c). What the leader
- * adds: the group settled the arrival alone (plane_settles). */
+/* What a member reports at an arrival: it declined the collective. What
+ * the leader adds: the group settled the arrival alone (plane_settles). */
 #define PLANE_DECLINED (1u << 8)
-#define PLANE_AWAKE (1u << 9)
 #define PLANE_SETTLED (1u << 10)
 
 /* Pieces of a leader's message that carries only the blocks its receivers
@@ -595,16 +593,14 @@ void zcopy_span_plane_drain(zcopy_span_t *sp)
 
 /* Whether an arrival that a leader's group reported with @any is decided
  * by the group alone: one of its ranks declined, so every rank falls
- * back, and one has set a memory range, so no rank finds every rank idle
- * (span.c). Then the leader sends its part and lets its members go
+ * back. Then the leader sends its part and lets its members go
  * without waiting for the other groups' parts, which it receives at its
  * next round: a rank whose buffers are not activated pays a stock call
  * and a message, not a round trip between servers before it. Not where
  * rounds go in steps, in which leaders forward each other's parts. */
 static bool plane_settles(const zcopy_span_t *sp, unsigned any)
 {
-    return (any & PLANE_DECLINED) && (any & PLANE_AWAKE) &&
-           sp->ngroups > 1 && !plane_disseminates(sp);
+    return (any & PLANE_DECLINED) && sp->ngroups > 1 && !plane_disseminates(sp);
 }
 
 /* Leader: one step of a round passed in steps: @out to the leader of
@@ -793,8 +789,6 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
     memcpy((void *)zcopy_span_desc(sp, sp->rank), mine, sizeof(*mine));
     if (mine->args.reason != REASON_NONE)
         flags |= PLANE_DECLINED;
-    if (!(mine->args.flags & ZCOPY_SPAN_ARGS_IDLE))
-        flags |= PLANE_AWAKE;
     if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
         len = len < pl->len ? len : pl->len;
         memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);

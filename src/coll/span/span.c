@@ -718,41 +718,6 @@ static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
                             zc->ops.ctx);
 }
 
-/* No skip runs: the next call has its round. */
-static void span_awake(zcopy_span_t *sp)
-{
-    sp->idle_until = 0;
-    sp->idle_skip = 0;
-}
-
-/* After an arrival round: if every rank said it has never used zcopy (no
- * range was ever set in the process), the next calls fall back without a
- * round, 1, 2, 4 ... up to ZCOPY_SPAN_IDLE_SKIP_MAX of them, so that a job
- * which never activates memory pays a round once in that many calls (SPEC
- * section 4). Every rank read the same arrivals, so every rank skips the
- * same calls. Why "never set a range" and not "nothing activated": a rank
- * cannot tell the others when it leaves the idle state, so the skip must
- * be over before any rank may become eligible. Activation needs a range
- * first, and a program that activates and deactivates memory between
- * collectives keeps its ranges, so it never skips. What is left: a range
- * set for the first time (a program's first set_memory_range on another
- * communicator, or its first MPI_Alloc_mem from the pool) while a skip
- * runs; calls up to the skip's end, as many as the idle calls before it
- * and at most ZCOPY_SPAN_IDLE_SKIP_MAX, still fall back. */
-static void span_note_idle(zcopy_span_t *sp)
-{
-    for (int r = 0; r < sp->nranks; r++)
-        if (!(zcopy_span_desc(sp, r)->args.flags & ZCOPY_SPAN_ARGS_IDLE)) {
-            /* A barrier's round ends a skip that is running. */
-            span_awake(sp);
-            return;
-        }
-    sp->idle_skip = sp->idle_skip == 0 ? 1 : 2 * sp->idle_skip;
-    if (sp->idle_skip > ZCOPY_SPAN_IDLE_SKIP_MAX)
-        sp->idle_skip = ZCOPY_SPAN_IDLE_SKIP_MAX;
-    sp->idle_until = sp->calls + sp->idle_skip;
-}
-
 /* A code from another process: checked before it indexes. */
 static const char *span_reason_text(uint32_t reason)
 {
@@ -762,9 +727,8 @@ static const char *span_reason_text(uint32_t reason)
 }
 
 /* The fallback of an arrival this rank's group settled alone (plane.c,
- * plane_settles): a rank of the group declined and one has set a memory
- * range, so every rank falls back and the communicator stays awake, as
- * span_note_idle would find. The reason is the first of the group's
+ * plane_settles): a rank of the group declined, so every rank falls
+ * back. The reason is the first of the group's
  * (the same on all its ranks); other groups' places may not be here. */
 static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
                                             zcopy_span_t *sp,
@@ -773,16 +737,9 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
     const int g = sp->group[sp->rank];
     uint32_t reason = REASON_NONE;
 
-    span_awake(sp);
     for (int i = 0; i < zcopy_span_group_size(sp, g) && !reason; i++)
         reason = zcopy_span_desc(sp, zcopy_span_member(sp, g, i))->args.reason;
     return zcopy_coll_fallback(zc, type, span_reason_text(reason));
-}
-
-void zcopy_span_wake(zcopy_comm_t *zc)
-{
-    if (zc->span != NULL)
-        span_awake(zc->span);
 }
 
 /* Payload bytes per rank that may ride the arrival round. Where each rank
@@ -819,9 +776,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (zcopy_span_hands_over(zc, a))
         return zcopy_coll_fallback(zc, a->type,
                                    "small call, one rank per server");
-    if (a->type != ZCOPY_COLL_BARRIER && sp->calls++ < sp->idle_until)
-        return zcopy_coll_fallback(zc, a->type, "no rank had set a "
-                                   "memory range at the last agreement");
     zcopy_coll_plan(zc, a, &plan);
     if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
         plan.args.reason == REASON_NONE) { /* counts checked: none negative */
@@ -844,10 +798,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (zcopy_coll_payload_is_blocks(a->type))
         pl.block = inline_total / (size_t)sp->nranks;
     span_describe(zc, a, &plan, inline_total, &mine);
-    /* A fact of the process, whatever the call: a barrier between idle
-     * calls keeps the communicator idle. */
-    if (!zcopy_registry_ever_used())
-        mine.args.flags |= ZCOPY_SPAN_ARGS_IDLE;
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
@@ -855,7 +805,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
                            zcopy_coll_names[a->type]);
     if (sp->settled)
         return span_fallback_settled(zc, sp, a->type);
-    span_note_idle(sp);
     for (int r = 0; r < sp->nranks; r++) {
         const uint32_t reason = zcopy_span_desc(sp, r)->args.reason;
 

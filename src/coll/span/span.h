@@ -127,24 +127,7 @@ typedef struct zcopy_span {
     size_t landing_size;
     zcopy_ucx_mem_t *scratch_mem; /* registered: peers read the partials */
     zcopy_ucx_block_ref_t scratch; /* of hierarchical reductions there */
-    /* While no rank has ever set a memory range, calls skip the arrival
-     * round (span.c, span_note_idle):
-     * every rank falls back until call idle_until, learnt from the last
-     * round that found every rank idle. The same numbers on every rank,
-     * as they change only with an agreed round (or a set_memory_range on
-     * this communicator, collective too). Barriers are not counted: the
-     * arrival is the barrier. */
-    uint64_t calls;               /* collectives other than barriers */
-    uint64_t idle_until;
-    uint64_t idle_skip;           /* calls the next idle round skips */
 } zcopy_span_t;
-
-/* An arrival's flag: this process has never set a memory range. */
-#define ZCOPY_SPAN_ARGS_IDLE 0x100u
-/* Most calls skipped between two rounds of an idle communicator: how late
- * zero-copy may start after a rank activates memory, when the program did
- * not set a range on this communicator since it went idle. */
-#define ZCOPY_SPAN_IDLE_SKIP_MAX 64u
 
 /* Collective over the communicator, like zcopy_ctl_create: starts UCX,
  * exchanges worker addresses, makes endpoints to the ranks of other groups
@@ -153,11 +136,6 @@ typedef struct zcopy_span {
 zcopy_status_t zcopy_span_create(zcopy_comm_t *zc, zcopy_span_t **span_p,
                                  char *reason, size_t reason_len);
 void zcopy_span_destroy(zcopy_span_t *span);
-
-/* Ends the calls an idle communicator skips (span.c): the next call has
- * its round. Only at a point that is the same in every rank's sequence of
- * collectives on @zc (MPIX_Comm_set_memory_range on it). */
-void zcopy_span_wake(zcopy_comm_t *zc);
 
 /* zcopy_coll_run for a spanning communicator. */
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
