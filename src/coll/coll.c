@@ -76,9 +76,13 @@ enum {
     SETTINGS
 };
 
-/* Calls an idle communicator falls back without any exchange, at most
- * (coll_setup). */
+/* An idle communicator's next agreement is at most this many calls
+ * away: it falls back without any exchange 63 times at most (coll_idle). */
 #define COLL_IDLE_SKIP_MAX 64u
+/* A string of its own, not disabled_reason: the statistics keep the last
+ * fallback's reason by address, and a set-up that succeeds clears that. */
+static const char coll_idle_reason[] =
+    "no rank had set a memory range at set-up";
 
 static const char *const setting_names[SETTINGS] = {
     [SETTING_OPTED_OUT] = "info key mpix_zcopy",
@@ -161,35 +165,35 @@ disabled:
 
 /* No rank had ever set a memory range (a job that does not use zcopy):
  * the set-up is put off, and the next calls fall back without any
- * exchange, 0, 1, 3, 7 ... up to COLL_IDLE_SKIP_MAX - 1 of them between
- * two agreements, so that such a job pays one allreduce of the previous
- * component per communicator, and then one in that many calls (SPEC
- * section 4). Every rank read the same agreement, so every rank skips the
- * same calls. Why "never set a range" and not "nothing activated": a rank
+ * exchange, as many as were made before this agreement less one, and 63
+ * at most (0, 1, 3, 7 ... where nothing else ends the skips), so that such
+ * a job pays one allreduce of the previous component per communicator,
+ * and then one in that many calls (SPEC section 4). Every rank read the
+ * same agreement and counts calls alike, so every rank skips the same
+ * calls. Why "never set a range" and not "nothing activated": a rank
  * cannot tell the others when it leaves the idle state, so the skip must
  * end before any rank may become eligible, and activation needs a range.
  * A range set for the first time while a skip runs (the process's first
  * MPIX_Comm_set_memory_range on another communicator, or its first
- * MPI_Alloc_mem from the pool) is used late: at most as many calls as ran
- * idle before it, and COLL_IDLE_SKIP_MAX - 1, still fall back. A barrier,
- * or MPIX_Comm_set_memory_range on the communicator, ends the skip. */
+ * MPI_Alloc_mem from the pool) is used late: by as many calls as were
+ * made before the skip at most, and 63. A barrier, or
+ * MPIX_Comm_set_memory_range on the communicator, ends the skip. */
 static void coll_idle(zcopy_comm_t *zc)
 {
-    zc->idle_skip = zc->idle_skip == 0 ? 1 : 2 * zc->idle_skip;
-    if (zc->idle_skip > COLL_IDLE_SKIP_MAX)
-        zc->idle_skip = COLL_IDLE_SKIP_MAX;
-    zc->retry_at = zc->calls + zc->idle_skip;
+    const uint64_t skip = zc->calls < COLL_IDLE_SKIP_MAX ? zc->calls
+                                                          : COLL_IDLE_SKIP_MAX;
+
+    zc->retry_at = zc->calls + skip;
     zc->state = ZCOPY_COMM_IDLE;
-    snprintf(zc->disabled_reason, sizeof(zc->disabled_reason),
-             "no rank had set a memory range at set-up");
     zcopy_log(ZCOPY_LOG_DEBUG, "coll", "rank %d: no rank has set a memory "
               "range: set-up put off for %llu calls", zc->rank,
-              (unsigned long long)zc->idle_skip - 1);
+              (unsigned long long)skip - 1);
 }
 
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
- * component's collectives. Retried only after running out of memory. */
+ * component's collectives. Tried again after running out of memory, and
+ * while no rank has set a memory range (coll_idle). */
 static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 {
     bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX, used;
@@ -267,10 +271,8 @@ ZCOPY_COMPONENT_API void zcopy_coll_disconnect(void)
 void zcopy_coll_range_set(zcopy_comm_t *zc)
 {
     /* Collective on @zc: every rank ends its skip at the same call. */
-    if (zc->state == ZCOPY_COMM_IDLE) {
+    if (zc->state == ZCOPY_COMM_IDLE)
         zc->state = ZCOPY_COMM_NEW;
-        zc->idle_skip = 0;
-    }
 }
 
 ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
@@ -314,10 +316,18 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     if (zc->state == ZCOPY_COMM_IDLE &&
         (zc->calls >= zc->retry_at || a->type == ZCOPY_COLL_BARRIER))
         zc->state = ZCOPY_COMM_NEW;
-    if (zc->state == ZCOPY_COMM_NEW)
-        coll_setup(zc);
+    if (zc->state == ZCOPY_COMM_NEW &&
+        coll_setup(zc) == ZCOPY_ERR_UNSUPPORTED &&
+        zc->state == ZCOPY_COMM_IDLE && a->type == ZCOPY_COLL_BARRIER) {
+        /* The agreement's minimum needed every rank's word: it was the
+         * barrier, which the previous component need not run again. */
+        zcopy_coll_fallback(zc, a->type, coll_idle_reason);
+        return ZCOPY_SUCCESS;
+    }
     if (zc->state == ZCOPY_COMM_OPTED_OUT)
         return ZCOPY_FALLBACK; /* forwarded, uncounted */
+    if (zc->state == ZCOPY_COMM_IDLE)
+        return zcopy_coll_fallback(zc, a->type, coll_idle_reason);
     if (zc->state != ZCOPY_COMM_READY)
         return zcopy_coll_fallback(zc, a->type, zc->disabled_reason);
     if (zc->span != NULL)

@@ -47,7 +47,9 @@ typedef enum {
                                      again */
     ZCOPY_COMM_IDLE               /* no rank had ever set a memory range at
                                      set-up: falls back until collective
-                                     retry_at (or a barrier), then sets up */
+                                     retry_at, a barrier or a
+                                     MPIX_Comm_set_memory_range on it, then
+                                     sets up (coll.c, coll_idle) */
 } zcopy_comm_state_t;
 
 typedef struct zcopy_comm {
@@ -62,7 +64,6 @@ typedef struct zcopy_comm {
     uint64_t calls;               /* collectives entered, the same count on
                                      every rank */
     uint64_t retry_at;            /* RETRY, IDLE: set up again there */
-    uint64_t idle_skip;           /* calls the next idle set-up skips */
     unsigned setups;              /* set-ups tried */
     bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[64];

@@ -1078,23 +1078,39 @@ static int idle_calls_until_zcopy(MPI_Comm comm, double *in, double *out,
     return s.zcopy_calls == before ? -1 : calls;
 }
 
+/* Whether collective @call of an idle communicator that had no barrier
+ * agrees again (README, "A good MPI citizen"): at its first call, then
+ * after as many calls as were made before each agreement, 64 at most. */
+static bool idle_agrees_at(uint64_t call)
+{
+    uint64_t at = 1;
+
+    while (at < call)
+        at += at < 64 ? at : 64;
+    return at == call;
+}
+
 /* SPEC section 4: a job that never activates memory pays nothing
  * measurable. Collectives on malloc'd buffers, on the world and on new
  * communicators, reach the component (it counts their fallbacks) without
  * it loading the machine's topology, which took 35 ms of the first one
- * here, and without setting the communicators up (the reason says so).
- * Then the job starts using zcopy: a range set on the world ends the
- * world's idle spell at once, a barrier ends another communicator's, and
- * one left alone engages within its skip (coll.c, coll_idle). */
+ * here, and without setting the communicators up (the reason says so):
+ * the agreement that finds no rank has set a range puts the set-up off
+ * for as many calls as were made before it. Then the job starts using
+ * zcopy, each communicator in the middle of such a skip: a range set on
+ * the world ends the world's at once, a barrier ends a split's, and a dup
+ * left alone engages exactly where its skip ends (coll.c, coll_idle). */
 static void run_idle(void)
 {
     const int count = 1024;
+    const bool paired = rank / 2 * 2 + 1 < size; /* half has 2 ranks */
     double *in = malloc(count * sizeof(double));
     double *out = malloc(count * sizeof(double));
-    MPIX_Zcopy_stats s;
+    MPIX_Zcopy_stats s, s0;
     MPI_Comm half, other;
     zt_arena_t arena;
     size_t used = 0;
+    uint64_t world_calls;
     int calls;
 
     ZT_CHECK(!hwloc_plugin_mapped(), "a hwloc plugin is mapped after "
@@ -1107,22 +1123,41 @@ static void run_idle(void)
         if (!ZT_CHECK(out[i] == (double)size * (size - 1) / 2 +
                                    (double)size * i, "out[%d] = %g", i, out[i]))
             break;
-    arm("a split and its bcast");
+    arm("a split and its bcasts");
     MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &half);
-    MPI_Bcast(out, count, MPI_DOUBLE, 0, half);
+    /* Calls 1 to 7, then a barrier at 8, whose agreement is the barrier:
+     * the split's next agreement is at call 16. */
+    for (int i = 0; i < 7; i++)
+        MPI_Bcast(out, count, MPI_DOUBLE, 0, half);
     s = zt_stats(half);
-    ZT_CHECK(rank / 2 * 2 + 1 >= size || s.fallback_calls == 1,
-             "bcast on the split: %llu fallbacks (is the component there?)",
+    ZT_CHECK(!paired || s.fallback_calls == 7,
+             "bcasts on the split: %llu fallbacks (is the component there?)",
              (unsigned long long)s.fallback_calls);
-    ZT_CHECK(strstr(s.last_fallback_reason, "memory range") != NULL,
+    ZT_CHECK(!paired || strstr(s.last_fallback_reason, "memory range"),
              "bcast on the split fell back for \"%s\"", s.last_fallback_reason);
+    s0 = s;
+    MPI_Barrier(half);
+    s = zt_stats(half);
+    ZT_CHECK(!paired || (s.fallback_calls == s0.fallback_calls + 1 &&
+                         s.zcopy_calls == 0),
+             "an idle barrier: %llu fallbacks, %llu zero-copy, expected 1 "
+             "fallback", (unsigned long long)(s.fallback_calls -
+                                              s0.fallback_calls),
+             (unsigned long long)s.zcopy_calls);
     MPI_Comm_dup(MPI_COMM_WORLD, &other);
-    for (int i = 0; i < 40; i++) /* idle skips of 1, 2, 4, 8, 16 calls */
+    for (int i = 0; i < 40; i++) /* agreements at 1, 2, 4, 8, 16, 32 */
         MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, other);
+    /* The world's calls so far (its allreduce, and what the split ran on
+     * it): every one fell back. Then into the middle of a skip. */
+    s = zt_stats(MPI_COMM_WORLD);
+    world_calls = s.fallback_calls;
+    while (idle_agrees_at(world_calls + 1)) {
+        MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        world_calls++;
+    }
     alarm(0);
     s = zt_stats(MPI_COMM_WORLD);
-    /* The allreduce, and whatever the split ran on the world. */
-    ZT_CHECK(s.fallback_calls >= 1 && s.zcopy_calls == 0,
+    ZT_CHECK(s.fallback_calls == world_calls && s.zcopy_calls == 0,
              "world: %llu fallbacks, %llu zero-copy calls",
              (unsigned long long)s.fallback_calls,
              (unsigned long long)s.zcopy_calls);
@@ -1141,20 +1176,26 @@ static void run_idle(void)
     for (int i = 0; i < count; i++)
         in[i] = rank + i;
     calls = idle_calls_until_zcopy(MPI_COMM_WORLD, in, out, count, 1);
-    ZT_CHECK(calls == 1, "the world, its range set: zero-copy after %d "
-             "calls", calls);
+    ZT_CHECK(calls == 1, "the world, its range set at call %llu: zero-copy "
+             "after %d calls", (unsigned long long)world_calls, calls);
     for (int i = 0; i < count; i++)
         if (!ZT_CHECK(out[i] == (double)size * (size - 1) / 2 +
                                    (double)size * i, "out[%d] = %g", i, out[i]))
             break;
+    /* Call 9 of the split, 10 its allreduce: both zero-copy. */
     MPI_Barrier(half);
+    s = zt_stats(half);
+    ZT_CHECK(!paired || s.zcopy_calls == 1, "a barrier on the split after "
+             "the range was set elsewhere: %llu zero-copy (%s)",
+             (unsigned long long)s.zcopy_calls, s.last_fallback_reason);
     calls = idle_calls_until_zcopy(half, in, out, count, 1);
-    ZT_CHECK(calls == 1 || rank / 2 * 2 + 1 >= size, "the split after a "
-             "barrier: zero-copy after %d calls", calls);
-    /* 40 idle calls: the next agreement is at most 32 calls away. */
-    calls = idle_calls_until_zcopy(other, in, out, count, 64);
-    ZT_CHECK(calls >= 1 && calls <= 32, "the dup left alone: zero-copy "
+    ZT_CHECK(calls == 1 || !paired, "the split after a barrier: zero-copy "
              "after %d calls", calls);
+    /* The dup's 40 idle calls: its next agreement is call 64, and the
+     * range is used there, not earlier, not later. */
+    calls = idle_calls_until_zcopy(other, in, out, count, 64);
+    ZT_CHECK(calls == 24, "the dup left alone: zero-copy after %d more "
+             "calls, expected 24", calls);
     alarm(0);
     MPI_Comm_free(&other);
     MPI_Comm_free(&half);

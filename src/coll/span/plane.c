@@ -29,8 +29,8 @@
  * Bruck's allgather (plane_gather), a sync's reports by dissemination
  * (plane_disseminate).
  *
- * An arrival that a rank of the group declined, in a group with a rank
- * that has set a memory range, is settled by the group alone
+ * An arrival that a rank of the group declined is settled by the group
+ * alone
  * (plane_settles): the leader posts its messages as above and completes
  * the round for its members at once, and the other groups' parts land
  * while the ranks run the fallback; the leader waits for them at its next

@@ -204,9 +204,8 @@ uint32_t zcopy_span_plane_new_id(void);
  * zcopy_span_desc() until the next arrival; so do the payloads @pl says
  * the ranks send (this rank's @len bytes at @src, when it is a sender),
  * at zcopy_span_payload_of(). Except where the arrival is settled inside
- * this rank's group (sp->settled): a rank of the group declined and one
- * has set a memory range, so the call falls back and the communicator
- * stays awake whatever the other groups say, and only this group's
+ * this rank's group (sp->settled): a rank of the group declined, so the
+ * call falls back whatever the other groups say, and only this group's
  * places are sure to be there. */
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
