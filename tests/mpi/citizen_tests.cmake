@@ -13,12 +13,16 @@ foreach(np 3 4)
                      TARGET test_citizen NP ${np} ARGS intercomm)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.stats.np2 TARGET test_citizen NP 2 ARGS stats)
-# Bound to cores (Open MPI loads a topology of its own when not), which
-# two ranks fit here.
+# Bound to cores (Open MPI loads a topology of its own when not); at np 3
+# two ranks share one, and the last rank is alone in its split.
 add_test(NAME mpi.citizen.idle.np2
          COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --bind-to core -np 2
                  $<TARGET_FILE:test_citizen> idle)
-set_tests_properties(mpi.citizen.idle.np2 PROPERTIES
+add_test(NAME mpi.citizen.idle.np3
+         COMMAND ${ZCOPY_MPIEXEC} --allow-run-as-root --oversubscribe
+                 --bind-to core:overload-allowed -np 3
+                 $<TARGET_FILE:test_citizen> idle)
+set_tests_properties(mpi.citizen.idle.np2 mpi.citizen.idle.np3 PROPERTIES
                      TIMEOUT ${ZCOPY_MPI_TEST_TIMEOUT} LABELS mpi
                      ENVIRONMENT "${ZCOPY_TEST_ENV}")
 foreach(np 2 3)
