@@ -284,6 +284,14 @@ ZCOPY_COMPONENT_API bool zcopy_coll_decline_idle(zcopy_comm_t *zc,
 {
     zcopy_coll_args_t a;
 
+    /* Inside an idle communicator's skip, what zcopy_coll_run would do:
+     * a job that has set no memory range pays this per call. */
+    if (zc->state == ZCOPY_COMM_IDLE && zc->calls + 1 < zc->retry_at) {
+        zcopy_ipc_sweep();
+        zc->calls++;
+        zcopy_coll_fallback(zc, type, coll_idle_reason);
+        return true;
+    }
     if (zc->state != ZCOPY_COMM_READY || zc->span != NULL ||
         zcopy_registry_any_activated() ||
         !zcopy_coll_surely_has_data(zc, type, scount, rcount, root))

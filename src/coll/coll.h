@@ -55,7 +55,8 @@ zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc, const zcopy_coll_args_t *args);
  * and counted: the caller runs the previous component. A call that every
  * rank hands over without a step (server/server.h) is counted as such,
  * not declined. Spanning communicators decline in their arrival round
- * instead. */
+ * instead. Also any call with data of a communicator whose set-up was put
+ * off (no rank had set a memory range), within its skip. */
 bool zcopy_coll_decline_idle(zcopy_comm_t *zc, zcopy_coll_type_t type,
                              size_t scount, MPI_Datatype stype, size_t rcount,
                              MPI_Datatype rtype, int root);
