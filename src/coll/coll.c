@@ -234,9 +234,9 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
         zcopy_config.transport != ZCOPY_TRANSPORT_IPC)
         st = zcopy_span_create(zc, &zc->span, zc->disabled_reason,
                                sizeof(zc->disabled_reason));
+    /* disabled_reason stays as it was on success: the statistics may
+     * point at it as the reason of the fallbacks before this set-up. */
     zc->state = st == ZCOPY_SUCCESS ? ZCOPY_COMM_READY : ZCOPY_COMM_DISABLED;
-    if (st == ZCOPY_SUCCESS)
-        zc->disabled_reason[0] = '\0';
     /* Out of memory passes: every rank saw the same status, agreed above
      * or in zcopy_ctl_create, and counts collectives alike, so all try
      * again together, after twice as many collectives each time. */
@@ -249,7 +249,7 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
     zcopy_log(ZCOPY_LOG_INFO, "coll", "rank %d of %d: zero-copy %s%s%s",
               zc->rank, zc->size, st == ZCOPY_SUCCESS ? "on" : "off",
               st != ZCOPY_SUCCESS ? ": " : zc->span ? " (across servers)" : "",
-              zc->disabled_reason);
+              st != ZCOPY_SUCCESS ? zc->disabled_reason : "");
     return st;
 }
 

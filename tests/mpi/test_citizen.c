@@ -1033,6 +1033,11 @@ static void run_setupretry(void)
     alarm(0);
     ZT_CHECK(s.zcopy_calls == 1 && calls <= 2, "zero-copy after %d more "
              "calls (reason \"%s\")", calls + 1, s.last_fallback_reason);
+    /* The successful set-up must not blank the reason of the fallbacks
+     * before it. */
+    ZT_CHECK(strstr(s.last_fallback_reason, "memory") != NULL,
+             "after the retry the last fallback's reason is \"%s\"",
+             s.last_fallback_reason);
     for (size_t i = 0; i < count; i++)
         if (!ZT_CHECK(out[i] == (double)size * (size - 1) / 2 +
                                    (double)size * i, "out[%zu] = %g", i,
