@@ -30,6 +30,21 @@ set_tests_properties(bench.check.corrupt_fails PROPERTIES WILL_FAIL TRUE)
 set_tests_properties(bench.check.corrupt_counts PROPERTIES
   PASS_REGULAR_EXPRESSION "# errors: [1-9]")
 
+# Copies of 1 MiB and more take memcpy or streaming stores, whichever
+# measures faster (src/coll/copy.c): results must be right whichever way
+# each copy took, and each rank says which way every class of length
+# settled on, once it has timed both (two tests, as above).
+foreach(kind right logged)
+  zcopy_add_mpi_test(NAME bench.check.measured_copies_${kind}.np2
+    TARGET zcopy_bench NP 2
+    ARGS -c bcast,scatter,gather,allgather,alltoall --check --vary -b 2M
+         -e 4M -f 2 -n 12 -w 1 --no-progress
+    MCA coll_zcopy_verbose=10 LABELS bench)
+endforeach()
+set_tests_properties(bench.check.measured_copies_logged.np2 PROPERTIES
+  PASS_REGULAR_EXPRESSION
+  "copies of [0-9]+ MiB to twice that: (memcpy|streaming stores), measured")
+
 # zcopy_progress runs to the end and its allreduce is right (no timing).
 zcopy_add_mpi_test(NAME bench.progress.np2 TARGET zcopy_progress NP 2
   ARGS 1000 100 10 LABELS bench)

@@ -92,7 +92,8 @@ typedef struct {
     int wait_report_s;         /* report a peer awaited this long (0: never) */
     int peer_access;           /* zcopy_ipc_access_t: 0 auto, 1 pidfd, 2 socket */
     size_t streaming_min;      /* bytes: copies this long bypass the cache;
-                                  0: from the caches (topo_streaming_min) */
+                                  0: from the caches (topo_streaming_min),
+                                  measured below that (coll/copy.c) */
 } zcopy_config_t;
 
 /* coll_zcopy_transport: auto maps peers inside a server and uses UCX

@@ -1,13 +1,27 @@
 /*
  * Bulk copies for the data-movement algorithms. Once a destination will not
  * stay in cache anyway, ordinary stores first read every destination line
- * they write (a third memory stream); streaming stores skip that read. How
- * long such a copy is depends on the caches: the threshold comes from the
- * topology layer (zcopy_topo_streaming_min), once per process.
+ * they write (a third memory stream); streaming stores skip that read.
+ *
+ * From which length that pays depends on the caches, and on what else
+ * shares them, which the topology does not always tell: a virtual machine
+ * shows its few CPUs the whole socket's last-level cache (300 MiB for two
+ * vCPUs on an Intel Xeon VM), as if all of it were theirs. So:
+ * - from half the last-level cache's share per core (the topology layer,
+ *   zcopy_topo_streaming_min), where even an honest cache could not keep
+ *   the destination: streaming stores;
+ * - below ZCOPY_TOPO_COPY_MEASURED_MIN (1 MiB): memcpy, since the
+ *   destination fits the private cache of any recent server core;
+ * - between the two: whichever of the two measures faster on this
+ *   process's own copies, per power-of-two class of length (base/pick.h).
+ * coll_zcopy_streaming_min, when set, replaces all three with one
+ * threshold.
  */
 #include "data.h"
+#include "base/pick.h"
 #include "topo/topo.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -34,7 +48,28 @@ static void copy_streaming(uint8_t *dst, const uint8_t *src, size_t len)
      * release store of the sync that tells peers the data is there. */
     _mm_sfence();
 }
-#endif
+
+#define COPY_MEASURED_MIN ZCOPY_TOPO_COPY_MEASURED_MIN
+#define COPY_CLASSES 8            /* 1-2 MiB ... 64-128 MiB, and beyond */
+
+enum { COPY_MEMCPY, COPY_STREAMING };
+
+/* The measurements are the process's, shared by every communicator and
+ * thread: one memory system, so a copy of a given length costs the same
+ * whichever collective makes it. The lock only guards the bookkeeping
+ * around copies of a MiB and more. */
+static struct {
+    pthread_mutex_t lock;
+    zcopy_pick_t picks[COPY_CLASSES];
+    unsigned logged[COPY_CLASSES]; /* 1 + the way last logged, 0: none */
+} copy_measured = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static pthread_once_t copy_measured_once = PTHREAD_ONCE_INIT;
+
+static void copy_measured_init(void)
+{
+    for (unsigned c = 0; c < COPY_CLASSES; c++)
+        zcopy_pick_init(&copy_measured.picks[c]);
+}
 
 /* Computed on the first copy: one machine, and the parameter is set before
  * any collective runs. Racing first copies compute the same value. */
@@ -51,11 +86,66 @@ static size_t copy_streaming_min(void)
     return min;
 }
 
+static unsigned copy_class(size_t len)
+{
+    unsigned c = 0;
+
+    for (len /= COPY_MEASURED_MIN; len > 1 && c < COPY_CLASSES - 1; len >>= 1)
+        c++;
+    return c;
+}
+
+/* Says which way a class settled on, once, and whenever that changes. */
+static void copy_log_choice(unsigned c, const zcopy_pick_t *p)
+{
+    double cost[2];
+    unsigned best;
+
+    if (!zcopy_pick_settled(p))
+        return;
+    best = zcopy_pick_best(p, cost);
+    if (copy_measured.logged[c] == best + 1)
+        return;
+    copy_measured.logged[c] = best + 1;
+    zcopy_log(ZCOPY_LOG_INFO, "coll", "copies of %zu MiB%s: %s, measured "
+              "(%.1f ns per KiB against %.1f)", COPY_MEASURED_MIN << c >> 20,
+              c == COPY_CLASSES - 1 ? " and more" : " to twice that",
+              best == COPY_STREAMING ? "streaming stores" : "memcpy",
+              cost[best] * 1024, cost[!best] * 1024);
+}
+
+static void copy_measured_run(uint8_t *dst, const uint8_t *src, size_t len)
+{
+    const unsigned c = copy_class(len);
+    zcopy_pick_t *p = &copy_measured.picks[c];
+    uint64_t t0;
+    unsigned way;
+
+    pthread_once(&copy_measured_once, copy_measured_init);
+    pthread_mutex_lock(&copy_measured.lock);
+    way = zcopy_pick_choose(p);
+    pthread_mutex_unlock(&copy_measured.lock);
+    t0 = zcopy_now_ns();
+    if (way == COPY_STREAMING)
+        copy_streaming(dst, src, len);
+    else
+        memcpy(dst, src, len);
+    pthread_mutex_lock(&copy_measured.lock);
+    zcopy_pick_record(p, way, zcopy_now_ns() - t0, len);
+    copy_log_choice(c, p);
+    pthread_mutex_unlock(&copy_measured.lock);
+}
+#endif
+
 void zcopy_copy(void *dst, const void *src, size_t len)
 {
 #if defined(__x86_64__)
     if (len >= copy_streaming_min()) {
         copy_streaming(dst, src, len);
+        return;
+    }
+    if (len >= COPY_MEASURED_MIN && zcopy_config.streaming_min == 0) {
+        copy_measured_run(dst, src, len);
         return;
     }
 #endif

@@ -230,23 +230,29 @@ static const char *device_name(int os_index, char *buf, size_t len)
     return buf;
 }
 
-/* The copy threshold and what it came from. */
+/* The copy threshold, what it came from, and the measured range below. */
 static void streaming_line(void)
 {
     zcopy_topo_cache_t c;
-    size_t min = zcopy_topo_streaming_min(&c);
+    const size_t min = zcopy_topo_streaming_min(&c);
+    char why[96];
 
     if (zcopy_config.streaming_min > 0)
-        zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
-                  "%zu bytes (coll_zcopy_streaming_min)", min);
+        snprintf(why, sizeof(why), "coll_zcopy_streaming_min");
     else if (c.bytes > 0)
+        snprintf(why, sizeof(why), "half the L%d cache's share per core: "
+                 "%llu KiB shared by %u cores", c.level,
+                 (unsigned long long)(c.bytes >> 10), c.cores);
+    else
+        snprintf(why, sizeof(why), "no cache found in the topology");
+    if (zcopy_config.streaming_min > 0 || min <= ZCOPY_TOPO_COPY_MEASURED_MIN)
         zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
-                  "%zu bytes (half the L%d cache's share per core: %llu KiB "
-                  "shared by %u cores)", min, c.level,
-                  (unsigned long long)(c.bytes >> 10), c.cores);
+                  "%zu bytes (%s)", min, why);
     else
         zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
-                  "%zu bytes (no cache found in the topology)", min);
+                  "%zu bytes (%s); from %zu bytes below that, memcpy or "
+                  "streaming stores, whichever measures faster", min, why,
+                  ZCOPY_TOPO_COPY_MEASURED_MIN);
 }
 
 static void map_print(const char *scope, int comm_size,

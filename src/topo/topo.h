@@ -106,6 +106,16 @@ zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache);
  * cache it went by in *@cache (bytes 0: none found), if not NULL. */
 size_t zcopy_topo_streaming_min(zcopy_topo_cache_t *cache);
 
+/* Where coll_zcopy_streaming_min is 0, copies from this length up to the
+ * threshold above take memcpy or streaming stores, whichever measures
+ * faster (coll/copy.c): a virtual machine may show its few CPUs a whole
+ * socket's last-level cache, which puts the threshold far too high.
+ * Shorter copies always take memcpy: their destination fits the private
+ * cache of any recent server core (1-2 MiB of L2), and the next touch
+ * finds it there. On an Intel Xeon VM with 2 MiB of L2 per core
+ * streaming stores lost on copies of 1-2 MiB and won from 2-4 MiB on. */
+#define ZCOPY_TOPO_COPY_MEASURED_MIN ((size_t)1 << 20)
+
 /* This process's server, and with @devices its nearest devices; never
  * fails (devices are -1 when hwloc cannot tell, or were not asked for).
  * Finding devices loads the topology: 35 ms on the first set-up of a job
