@@ -3,16 +3,15 @@
 
 #include <string.h>
 
-void zcopy_pick_init(zcopy_pick_t *p)
+void zcopy_pick_init(zcopy_pick_t *p, double margin)
 {
     memset(p, 0, sizeof(*p));
-    p->last = 2;
+    p->margin = margin;
 }
 
 bool zcopy_pick_settled(const zcopy_pick_t *p)
 {
-    return p->kept[0] >= ZCOPY_PICK_RUN - 1 &&
-           p->kept[1] >= ZCOPY_PICK_RUN - 1;
+    return p->kept[0] > 0 && p->kept[1] > 0;
 }
 
 static double pick_cost(const zcopy_pick_t *p, unsigned way)
@@ -35,13 +34,17 @@ unsigned zcopy_pick_best(const zcopy_pick_t *p, double cost[2])
         cost[0] = c0;
         cost[1] = c1;
     }
-    return zcopy_pick_settled(p) && c1 < c0 ? 1 : 0;
+    return zcopy_pick_settled(p) && c1 < c0 * (1 - p->margin) ? 1 : 0;
 }
 
+/* Older samples of the way go: they were taken under other work. */
 static unsigned pick_start_run(zcopy_pick_t *p, unsigned way)
 {
     p->run_way = way;
     p->run_left = ZCOPY_PICK_RUN - 1;
+    p->in_run = true;
+    p->run_counted = false;
+    p->kept[way] = 0;
     return way;
 }
 
@@ -61,19 +64,22 @@ unsigned zcopy_pick_choose(zcopy_pick_t *p)
     return best;
 }
 
-void zcopy_pick_record(zcopy_pick_t *p, unsigned way, uint64_t ns,
-                       size_t units)
+void zcopy_pick_record(zcopy_pick_t *p, unsigned way, bool follows,
+                       uint64_t ns, size_t units)
 {
-    const bool follows_own = p->last == way;
+    const bool last_of_run = p->in_run && p->run_left == 0 &&
+                             (way != 0) == p->run_way;
+    bool counts = follows;
 
     way = way != 0;
-    p->last = way;
-    if (!follows_own) {
-        p->kept[way] = 0;         /* a new run: older samples go */
-        return;
+    if (last_of_run) {
+        counts = follows || !p->run_counted;
+        p->in_run = false;
     }
-    if (units == 0)
+    if (!counts || units == 0)
         return;
+    if (p->in_run || last_of_run)
+        p->run_counted = true;
     p->recent[way][p->kept[way]++ % ZCOPY_PICK_KEEP] =
         (double)ns / (double)units;
 }

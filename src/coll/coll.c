@@ -80,7 +80,7 @@ enum {
  * away: it falls back without any exchange 63 times at most (coll_idle). */
 #define COLL_IDLE_SKIP_MAX 64u
 /* A string of its own, not disabled_reason: the statistics keep the last
- * fallback's reason by address, and a set-up that succeeds clears that. */
+ * fallback's reason by address, and a later set-up may rewrite that. */
 static const char coll_idle_reason[] =
     "no rank had set a memory range at set-up";
 
@@ -198,6 +198,7 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
 {
     bool spans = zcopy_config.transport == ZCOPY_TRANSPORT_UCX, used;
     zcopy_status_t prepared = ZCOPY_SUCCESS, st;
+    char why[sizeof(zc->disabled_reason)] = "";
     void *hellos = NULL;
 
     /* What the control plane needs, allocated before the agreement so
@@ -225,17 +226,18 @@ static zcopy_status_t coll_setup(zcopy_comm_t *zc)
         return ZCOPY_ERR_UNSUPPORTED;
     }
     if (st == ZCOPY_SUCCESS && !spans)
-        st = zcopy_ctl_create(zc, hellos, &zc->ctl, &spans,
-                              zc->disabled_reason,
-                              sizeof(zc->disabled_reason));
+        st = zcopy_ctl_create(zc, hellos, &zc->ctl, &spans, why,
+                              sizeof(why));
     free(hellos);
     /* Every rank saw the same servers, so every rank takes this branch. */
     if (st != ZCOPY_ERR_NOMEM && spans &&
         zcopy_config.transport != ZCOPY_TRANSPORT_IPC)
-        st = zcopy_span_create(zc, &zc->span, zc->disabled_reason,
-                               sizeof(zc->disabled_reason));
-    /* disabled_reason stays as it was on success: the statistics may
-     * point at it as the reason of the fallbacks before this set-up. */
+        st = zcopy_span_create(zc, &zc->span, why, sizeof(why));
+    /* disabled_reason changes only on failure (the control plane writes
+     * "spans servers" before the spanning path succeeds): the statistics
+     * may point at it as the reason of the fallbacks before this set-up. */
+    if (st != ZCOPY_SUCCESS && why[0] != '\0')
+        memcpy(zc->disabled_reason, why, sizeof(why));
     zc->state = st == ZCOPY_SUCCESS ? ZCOPY_COMM_READY : ZCOPY_COMM_DISABLED;
     /* Out of memory passes: every rank saw the same status, agreed above
      * or in zcopy_ctl_create, and counts collectives alike, so all try

@@ -13,7 +13,8 @@
  * - below ZCOPY_TOPO_COPY_MEASURED_MIN (1 MiB): memcpy, since the
  *   destination fits the private cache of any recent server core;
  * - between the two: whichever of the two measures faster on this
- *   process's own copies, per power-of-two class of length (base/pick.h).
+ *   process's own copies, per power-of-two class of length (base/pick.h),
+ *   streaming stores by a margin (x86-64 only; elsewhere memcpy).
  * coll_zcopy_streaming_min, when set, replaces all three with one
  * threshold.
  */
@@ -21,6 +22,7 @@
 #include "base/pick.h"
 #include "topo/topo.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -51,8 +53,14 @@ static void copy_streaming(uint8_t *dst, const uint8_t *src, size_t len)
 
 #define COPY_MEASURED_MIN ZCOPY_TOPO_COPY_MEASURED_MIN
 #define COPY_CLASSES 8            /* 1-2 MiB ... 64-128 MiB, and beyond */
+/* Streaming stores must measure this much cheaper to be taken: memcpy
+ * leaves the destination in cache for its next touch, which the timing of
+ * the copy does not see. */
+#define COPY_STREAMING_MARGIN 0.10
 
-enum { COPY_MEMCPY, COPY_STREAMING };
+enum { COPY_MEMCPY, COPY_STREAMING, COPY_NONE };
+
+#define COPY_PICK { .margin = COPY_STREAMING_MARGIN }
 
 /* The measurements are the process's, shared by every communicator and
  * thread: one memory system, so a copy of a given length costs the same
@@ -62,14 +70,17 @@ static struct {
     pthread_mutex_t lock;
     zcopy_pick_t picks[COPY_CLASSES];
     unsigned logged[COPY_CLASSES]; /* 1 + the way last logged, 0: none */
-} copy_measured = { .lock = PTHREAD_MUTEX_INITIALIZER };
-static pthread_once_t copy_measured_once = PTHREAD_ONCE_INIT;
+} copy_measured = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .picks = { COPY_PICK, COPY_PICK, COPY_PICK, COPY_PICK,
+               COPY_PICK, COPY_PICK, COPY_PICK, COPY_PICK },
+};
+static_assert(COPY_CLASSES == 8, "one COPY_PICK per class");
 
-static void copy_measured_init(void)
-{
-    for (unsigned c = 0; c < COPY_CLASSES; c++)
-        zcopy_pick_init(&copy_measured.picks[c]);
-}
+/* The way of the process's last copy of a MiB or more, of any length:
+ * the dirty lines a memcpy leaves are written back during the copies
+ * after it, so a sample counts only after a copy of its own way. */
+static _Atomic unsigned copy_last = COPY_NONE;
 
 /* Computed on the first copy: one machine, and the parameter is set before
  * any collective runs. Racing first copies compute the same value. */
@@ -121,17 +132,20 @@ static void copy_measured_run(uint8_t *dst, const uint8_t *src, size_t len)
     uint64_t t0;
     unsigned way;
 
-    pthread_once(&copy_measured_once, copy_measured_init);
+    bool follows;
+
     pthread_mutex_lock(&copy_measured.lock);
     way = zcopy_pick_choose(p);
     pthread_mutex_unlock(&copy_measured.lock);
+    follows = atomic_exchange_explicit(&copy_last, way,
+                                       memory_order_relaxed) == way;
     t0 = zcopy_now_ns();
     if (way == COPY_STREAMING)
         copy_streaming(dst, src, len);
     else
         memcpy(dst, src, len);
     pthread_mutex_lock(&copy_measured.lock);
-    zcopy_pick_record(p, way, zcopy_now_ns() - t0, len);
+    zcopy_pick_record(p, way, follows, zcopy_now_ns() - t0, len);
     copy_log_choice(c, p);
     pthread_mutex_unlock(&copy_measured.lock);
 }
@@ -141,6 +155,8 @@ void zcopy_copy(void *dst, const void *src, size_t len)
 {
 #if defined(__x86_64__)
     if (len >= copy_streaming_min()) {
+        atomic_store_explicit(&copy_last, COPY_STREAMING,
+                              memory_order_relaxed);
         copy_streaming(dst, src, len);
         return;
     }

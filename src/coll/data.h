@@ -9,7 +9,8 @@
 
 #include <stddef.h>
 
-/* memcpy, with streaming stores from a length the caches decide (copy.c). */
+/* memcpy, or streaming stores from a length the caches decide or the
+ * process's own copies measure (copy.c). */
 void zcopy_copy(void *dst, const void *src, size_t len);
 
 /* Reductions work this many bytes per step: the inputs of a step stay in

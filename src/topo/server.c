@@ -247,7 +247,7 @@ static void streaming_line(void)
         snprintf(why, sizeof(why), "no cache found in the topology");
     if (zcopy_config.streaming_min > 0 || min <= ZCOPY_TOPO_COPY_MEASURED_MIN)
         zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
-                  "%zu bytes (%s)", min, why);
+                  "%zu bytes (%s), memcpy below that", min, why);
     else
         zcopy_log(ZCOPY_LOG_INFO, "topo", "  copies: streaming stores from "
                   "%zu bytes (%s); from %zu bytes below that, memcpy or "

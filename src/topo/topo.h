@@ -110,10 +110,13 @@ size_t zcopy_topo_streaming_min(zcopy_topo_cache_t *cache);
  * threshold above take memcpy or streaming stores, whichever measures
  * faster (coll/copy.c): a virtual machine may show its few CPUs a whole
  * socket's last-level cache, which puts the threshold far too high.
- * Shorter copies always take memcpy: their destination fits the private
- * cache of any recent server core (1-2 MiB of L2), and the next touch
- * finds it there. On an Intel Xeon VM with 2 MiB of L2 per core
- * streaming stores lost on copies of 1-2 MiB and won from 2-4 MiB on. */
+ * Shorter copies always take memcpy: their destination fits, or nearly,
+ * the private L2 of a recent server core (1-2 MiB on Intel since
+ * Skylake-SP and AMD since Zen 4; 512 KiB on Zen 2 and 3, whose L3
+ * slices are small enough for hwloc's threshold to be right), and the
+ * next touch finds it there. On an Intel Xeon VM with 2 MiB of L2 per
+ * core streaming stores lost on copies of 1-2 MiB and won from 2-4 MiB
+ * on. x86-64 only: elsewhere copies have no streaming stores. */
 #define ZCOPY_TOPO_COPY_MEASURED_MIN ((size_t)1 << 20)
 
 /* This process's server, and with @devices its nearest devices; never
