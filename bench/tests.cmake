@@ -31,9 +31,10 @@ set_tests_properties(bench.check.corrupt_counts PROPERTIES
   PASS_REGULAR_EXPRESSION "# errors: [1-9]")
 
 # Copies of 1 MiB and more take memcpy or streaming stores, whichever
-# measures faster (src/coll/copy.c): results must be right whichever way
-# each copy took, and each rank says which way every class of length
-# settled on, once it has timed both (two tests, as above). Skipped where
+# makes the calls faster (src/coll/copy.c): results must be right whichever
+# way each call took, and each rank says which way every collective's
+# class of length settled on, once it has timed both (two tests, as
+# above). Skipped where
 # the caches leave nothing to measure (the server map says "memcpy below
 # that": a threshold of 1 MiB or less, or coll_zcopy_streaming_min set).
 foreach(kind right logged)

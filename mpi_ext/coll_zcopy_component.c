@@ -263,8 +263,9 @@ static int zcopy_register(void)
         "Copies of at least this many bytes use streaming stores, which "
         "bypass the cache; 0 derives it from the last-level cache this "
         "process shares (half of its size per core), and copies from 1 MiB "
-        "below that take memcpy or streaming stores, whichever measures "
-        "faster, as the server map says at coll_zcopy_verbose 10",
+        "below that take memcpy or streaming stores, whichever makes the "
+        "calls faster as measured in the job, as the server map says at "
+        "coll_zcopy_verbose 10",
         OPAL_INFO_LVL_6, &c->streaming_min);
 
     zcopy_register_int("wait_report",

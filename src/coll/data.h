@@ -9,9 +9,30 @@
 
 #include <stddef.h>
 
-/* memcpy, or streaming stores from a length the caches decide or the
- * process's own copies measure (copy.c). */
+/* memcpy, or streaming stores from a length the caches decide (copy.c). */
 void zcopy_copy(void *dst, const void *src, size_t len);
+
+/* The copies of one in-server collective call. Where the caches leave a
+ * range of lengths undecided, the call's first copy in it picks memcpy or
+ * streaming stores for all of the call's copies in that range, and the
+ * call's time from there to its end measures the choice (copy.c). Ready
+ * once @kind is set. */
+typedef struct {
+    unsigned kind;                /* the collective (zcopy_coll_type_t):
+                                     each one's calls are measured apart */
+    bool measured;                /* a copy in the measured range was made */
+    unsigned way, cls;            /* the way taken, the first such length's
+                                     class */
+    uint64_t start_ns;
+    size_t bytes;                 /* copied in the measured range */
+} zcopy_copy_call_t;
+
+/* zcopy_copy, in a call. */
+void zcopy_copy_in_call(zcopy_copy_call_t *call, void *dst, const void *src,
+                        size_t len);
+
+/* The call has ended (its last sync passed): what its way cost. */
+void zcopy_copy_call_end(zcopy_copy_call_t *call);
 
 /* Reductions work this many bytes per step: the inputs of a step stay in
  * cache while the result is copied out to the peers. A constant, not a

@@ -107,8 +107,8 @@ zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache);
 size_t zcopy_topo_streaming_min(zcopy_topo_cache_t *cache);
 
 /* Where coll_zcopy_streaming_min is 0, copies from this length up to the
- * threshold above take memcpy or streaming stores, whichever measures
- * faster (coll/copy.c): a virtual machine may show its few CPUs a whole
+ * threshold above take memcpy or streaming stores, whichever makes the
+ * calls faster (coll/copy.c): a virtual machine may show its few CPUs a whole
  * socket's last-level cache, which puts the threshold far too high.
  * Shorter copies always take memcpy: their destination fits, or nearly,
  * the private L2 of a recent server core (1-2 MiB on Intel since

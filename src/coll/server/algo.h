@@ -27,6 +27,7 @@ typedef struct {
     int rank, nranks;
     size_t ssize, rsize;          /* bytes per element of stype, rtype */
     uint64_t ipc_bytes;           /* moved through peer mappings */
+    zcopy_copy_call_t copies;     /* the call's way of copying (copy.c) */
     bool failed;                  /* could not reach a peer; nothing written
                                      since (every algorithm maps first) */
     bool broken;                  /* failed after writing: beyond repair */
@@ -66,7 +67,7 @@ static inline void zcopy_algo_copy(zcopy_algo_t *al, void *dst,
 {
     if (dst == NULL || src == NULL || len == 0 || dst == src)
         return;
-    zcopy_copy(dst, src, len);
+    zcopy_copy_in_call(&al->copies, dst, src, len);
     if (remote)
         al->ipc_bytes += len;
 }

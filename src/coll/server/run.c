@@ -119,7 +119,7 @@ zcopy_status_t zcopy_server_hand_over(zcopy_comm_t *zc, zcopy_coll_type_t type)
 zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_algo_t al = { .zc = zc, .ctl = zc->ctl, .a = a, .rank = zc->rank,
-                        .nranks = zc->size };
+                        .nranks = zc->size, .copies.kind = a->type };
     size_t inline_total;
     coll_plan_t plan;
     zcopy_status_t st;
@@ -160,6 +160,7 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
      * intact for the fallback, or finished the call through the previous
      * component itself (in place, where inputs are already overwritten). */
     st = algorithms[a->type](&al);
+    zcopy_copy_call_end(&al.copies);
     if (st == ZCOPY_SUCCESS) {
         zc->stats.zcopy_calls++;
         zc->stats.ipc_bytes += al.ipc_bytes;
