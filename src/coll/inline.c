@@ -135,3 +135,44 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                            zcopy_coll_names[a->type]);
     }
 }
+
+/* Mirrors zcopy_coll_inline_deliver() case by case. */
+zcopy_coll_inline_reads_t zcopy_coll_inline_reads(const zcopy_comm_t *zc,
+                                                  const zcopy_coll_args_t *a,
+                                                  size_t total)
+{
+    const int n = zc->size, r = zc->rank;
+    const size_t block = zcopy_coll_payload_is_blocks(a->type)
+                             ? total / (size_t)n : total;
+    const size_t own = block * (size_t)r;
+    const bool root = r == a->root;
+    zcopy_coll_inline_reads_t reads = { .from = -1, .payload = total };
+
+    switch (a->type) {
+    case ZCOPY_COLL_ALLREDUCE:
+    case ZCOPY_COLL_ALLGATHER:
+        reads.len = total;
+        break;
+    case ZCOPY_COLL_REDUCE:
+    case ZCOPY_COLL_GATHER:
+        reads.len = root ? total : 0;
+        break;
+    case ZCOPY_COLL_REDUCE_SCATTER_BLOCK:
+    case ZCOPY_COLL_ALLTOALL:
+        reads.off = own;
+        reads.len = block;
+        break;
+    case ZCOPY_COLL_BCAST:
+        reads.from = a->root;
+        reads.len = root ? 0 : total;
+        break;
+    case ZCOPY_COLL_SCATTER:
+        reads.from = a->root;
+        reads.off = own;
+        reads.len = root && a->rbuf == MPI_IN_PLACE ? 0 : block;
+        break;
+    default:
+        break;
+    }
+    return reads;
+}

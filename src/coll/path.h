@@ -154,4 +154,17 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                          const uint8_t *const *lines,
                                          size_t total);
 
+/* What zcopy_coll_inline_deliver() will read of the payloads, for a
+ * control plane to fetch while it waits for them: @len bytes at @off of
+ * rank @from's payload, or of every rank's when @from is -1; nothing when
+ * @len is 0. @payload: the bytes each writer copies in (the call's total). */
+typedef struct {
+    int from;
+    size_t off, len, payload;
+} zcopy_coll_inline_reads_t;
+
+zcopy_coll_inline_reads_t zcopy_coll_inline_reads(const zcopy_comm_t *zc,
+                                                  const zcopy_coll_args_t *a,
+                                                  size_t total);
+
 #endif

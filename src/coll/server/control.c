@@ -413,10 +413,48 @@ uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const coll_plan_t *plan)
     return seq;
 }
 
-/* Waits for @rank's record of @seq (*tag, its tag word) or its arrival;
- * true when the record is there, false when the rank declined. */
+/* Lines of a peer's inline payload to fetch while waiting for its tag:
+ * the lines after the tag's that this rank will read. */
+typedef struct {
+    const uint8_t *first;
+    unsigned lines;
+} ctl_fetch_t;
+
+/* A writer copies its payload in stores that may each span two lines (it
+ * starts 16 bytes into the tag's line). A reader that fetches a line
+ * between two of them makes the writer fetch it back, and once the copy
+ * takes many stores that costs more than the reader saves by not waiting
+ * for the tag before asking for the lines: np 2 on the AMD EPYC VM, 64 to
+ * 512 bytes of payload 1.1-1.35x faster fetched early, 1 KiB 0.85x. */
+#define CTL_FETCH_PAYLOAD_MAX 512
+
+static ctl_fetch_t ctl_fetch_of(const zcopy_ctl_t *ctl, int rank, uint64_t seq,
+                                const zcopy_coll_inline_reads_t *reads)
+{
+    const zcopy_ctl_inline_t *rec = zcopy_ctl_inline(ctl, rank, seq);
+    const uintptr_t line = ZCOPY_CACHE_LINE;
+    uintptr_t from, to;
+
+    if (reads == NULL || reads->len == 0 || rank == ctl->rank ||
+        reads->payload > CTL_FETCH_PAYLOAD_MAX ||
+        (reads->from >= 0 && reads->from != rank))
+        return (ctl_fetch_t){ 0 };
+    from = (uintptr_t)(rec->data + reads->off) & ~(line - 1);
+    to = (uintptr_t)(rec->data + reads->off + reads->len - 1) & ~(line - 1);
+    if (from == (uintptr_t)rec) /* the tag's line is polled anyway */
+        from += line;
+    if (from > to)
+        return (ctl_fetch_t){ 0 };
+    return (ctl_fetch_t){ (const uint8_t *)from,
+                          (unsigned)((to - from) / line + 1) };
+}
+
+/* Waits for @rank's record of @seq (*tag, its tag word) or its arrival,
+ * asking for the lines @fetch names meanwhile; true when the record is
+ * there, false when the rank declined. */
 static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
-                            _Atomic uint64_t *tag, uint64_t seq)
+                            _Atomic uint64_t *tag, uint64_t seq,
+                            ctl_fetch_t fetch)
 {
     const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, rank);
 
@@ -424,6 +462,11 @@ static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
         /* Acquire: pairs with the peer's release of the tag. */
         if (atomic_load_explicit(tag, memory_order_acquire) == seq)
             return true;
+        /* Every turn: a line fetched before the writer's store is taken
+         * back by it, and then fetched again here. A prefetch never
+         * faults and orders nothing; the tag's acquire still does. */
+        for (unsigned i = 0; i < fetch.lines; i++)
+            __builtin_prefetch(fetch.first + i * ZCOPY_CACHE_LINE, 0, 3);
         /* The arrival line only every few spins: polling it with the tag
          * would share it with the peer, whose next store to it would then
          * cost a transfer on the critical path of every tiny collective.
@@ -439,6 +482,7 @@ static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
 /* Waits for every rank's record of @seq, inline or not; returns the first
  * rank that declined it, or -1. */
 static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
+                        const zcopy_coll_inline_reads_t *reads,
                         const char *what)
 {
     int first_declined = -1;
@@ -450,7 +494,10 @@ static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
         _Atomic uint64_t *tag = inline_records
                                     ? &zcopy_ctl_inline(ctl, r, seq)->seq
                                     : &slot->rec[seq & 1].seq;
-        if (!ctl_wait_record(ctl, &w, r, tag, seq) && first_declined < 0)
+        const ctl_fetch_t fetch = ctl_fetch_of(ctl, r, seq, reads);
+
+        if (!ctl_wait_record(ctl, &w, r, tag, seq, fetch) &&
+            first_declined < 0)
             first_declined = r;
     }
     ctl->arrived = seq;
@@ -459,10 +506,11 @@ static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
 
 int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what)
 {
-    return ctl_wait_all(ctl, seq, false, what);
+    return ctl_wait_all(ctl, seq, false, NULL, what);
 }
 
 int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
+                              const zcopy_coll_inline_reads_t *reads,
                               const char *what)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
@@ -476,7 +524,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     /* Release: a peer that sees the tag also sees the payload. */
     atomic_store_explicit(&line->seq, seq, memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
-    return ctl_wait_all(ctl, seq, true, what);
+    return ctl_wait_all(ctl, seq, true, reads, what);
 }
 
 uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq)

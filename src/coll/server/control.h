@@ -202,9 +202,11 @@ uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const coll_plan_t *plan);
 int zcopy_ctl_wait_arrivals(zcopy_ctl_t *ctl, uint64_t seq, const char *what);
 
 /* The inline variant: as eligible, publishes @len bytes of payload and
- * waits for every peer; returns the first rank that was not eligible, or
- * -1 (then zcopy_ctl_inline holds every rank's payload). */
+ * waits for every peer, fetching what @reads names of their payloads
+ * meanwhile; returns the first rank that was not eligible, or -1 (then
+ * zcopy_ctl_inline holds every rank's payload). */
 int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
+                              const zcopy_coll_inline_reads_t *reads,
                               const char *what);
 
 /* Why @rank declined collective @seq: its reason, or

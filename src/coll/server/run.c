@@ -54,13 +54,15 @@ static zcopy_status_t server_run_inline(zcopy_comm_t *zc,
                                         const coll_plan_t *plan, size_t total)
 {
     const uint8_t **lines = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
+    const zcopy_coll_inline_reads_t reads =
+        zcopy_coll_inline_reads(zc, a, total);
     const void *src;
     uint64_t seq;
     size_t len;
     int bad;
 
     src = zcopy_coll_inline_source(zc, a, plan, total, &len);
-    bad = zcopy_ctl_inline_exchange(zc->ctl, src, len,
+    bad = zcopy_ctl_inline_exchange(zc->ctl, src, len, &reads,
                                     zcopy_coll_names[a->type]);
     seq = zc->ctl->seq;
     if (bad >= 0)
