@@ -85,7 +85,8 @@ const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
     }
 }
 
-/* Delivers the payloads of @lines into this rank's output. */
+/* Delivers the payloads of @lines into this rank's output; what it reads
+ * of them, zcopy_coll_inline_reads() says. */
 zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                          const zcopy_coll_args_t *a,
                                          const uint8_t *const *lines,
@@ -136,7 +137,7 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
     }
 }
 
-/* Mirrors zcopy_coll_inline_deliver() case by case. */
+/* The reads of zcopy_coll_inline_deliver() above: change them together. */
 zcopy_coll_inline_reads_t zcopy_coll_inline_reads(const zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a,
                                                   size_t total)

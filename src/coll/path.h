@@ -156,8 +156,10 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
 
 /* What zcopy_coll_inline_deliver() will read of the payloads, for a
  * control plane to fetch while it waits for them: @len bytes at @off of
- * rank @from's payload, or of every rank's when @from is -1; nothing when
- * @len is 0. @payload: the bytes each writer copies in (the call's total). */
+ * rank @from's payload, or of every rank's when @from is -1 (the caller
+ * leaves out this rank's own, which it wrote); nothing when @len is 0.
+ * @payload: the call's total, what a rank that writes copies in. Kept in
+ * step with the delivery by hand: a mismatch costs time, not results. */
 typedef struct {
     int from;
     size_t off, len, payload;

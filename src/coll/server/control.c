@@ -425,7 +425,7 @@ typedef struct {
  * between two of them makes the writer fetch it back, and once the copy
  * takes many stores that costs more than the reader saves by not waiting
  * for the tag before asking for the lines: np 2 on the AMD EPYC VM, 64 to
- * 512 bytes of payload 1.1-1.35x faster fetched early, 1 KiB 0.85x. */
+ * 512 bytes of payload 1.08-1.43x faster fetched early, 1 KiB 0.85x. */
 #define CTL_FETCH_PAYLOAD_MAX 512
 
 static ctl_fetch_t ctl_fetch_of(const zcopy_ctl_t *ctl, int rank, uint64_t seq,
