@@ -106,6 +106,16 @@ static inline void zcopy_wait_turn(zcopy_wait_t *w, int peer,
         zcopy_cpu_relax();
 }
 
+/* A turn of a wait that sleeps instead of yielding (a server's control
+ * plane, server/control.c): the engine every turn, since a sleep lasts
+ * longer than a yield, and the clock for the stuck-peer report. */
+static inline void zcopy_wait_tend(zcopy_wait_t *w, int peer)
+{
+    w->spins++;
+    zcopy_host_progress();
+    zcopy_wait_check_clock(w, peer);
+}
+
 static inline void zcopy_wait_relax(zcopy_wait_t *w, int peer)
 {
     zcopy_wait_turn(w, peer, ZCOPY_WAIT_SPINS_PER_PROGRESS);

@@ -49,6 +49,12 @@
  *              whose op becomes a non-commutative one, a gather whose
  *              root moves
  *
+ *   sleep      (run with coll_zcopy_yield=1) ranks that wait inside a
+ *              zero-copy collective for a late rank give their core away:
+ *              they sleep until it arrives, using a small part of the wait
+ *              in CPU time, where yielding would spin through all of it;
+ *              results right, every call zero-copy
+ *
  *   idle       a job that does not use zcopy yet: collectives on malloc'd
  *              buffers, on the world, a split and a dup, reach the
  *              component and fall back without it loading the machine's
@@ -59,6 +65,7 @@
  * A hang is a failure: every case arms an alarm well inside the CTest
  * timeout and reports which step it was in.
  */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "testutil.h"
 
 #include "../common/proc.h"
@@ -69,6 +76,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KIB 1024u
@@ -1407,6 +1415,81 @@ static void run_replan(void)
     zt_arena_fini(&data);
 }
 
+/* --- sleep -------------------------------------------------------------- */
+
+#define SLEEP_LATE_US 200000
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* The last rank enters @what SLEEP_LATE_US late; every other rank's CPU
+ * time during its wait must stay a small part of it. */
+static void sleep_case(pool_t *pool, const char *what, size_t count)
+{
+    const int late = size - 1, root = late;
+    double *in = pool_alloc(pool, count * sizeof(double));
+    double *out = pool_alloc(pool, count * sizeof(double));
+    MPIX_Zcopy_stats before, after;
+    double wall, cpu;
+    size_t bad = 0;
+
+    arm(what);
+    for (size_t i = 0; i < count; i++)
+        in[i] = rank + (double)i;
+    memcpy(out, in, count * sizeof(double));
+    MPI_Barrier(MPI_COMM_WORLD);
+    before = zt_stats(MPI_COMM_WORLD);
+    if (rank == late)
+        nanosleep(&(struct timespec){ 0, SLEEP_LATE_US * 1000L }, NULL);
+    wall = MPI_Wtime();
+    cpu = cpu_seconds();
+    if (strcmp(what, "barrier") == 0)
+        MPI_Barrier(MPI_COMM_WORLD);
+    else if (strncmp(what, "bcast", 5) == 0)
+        MPI_Bcast(out, (int)count, MPI_DOUBLE, root, MPI_COMM_WORLD);
+    else
+        MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM,
+                      MPI_COMM_WORLD);
+    cpu = cpu_seconds() - cpu;
+    wall = MPI_Wtime() - wall;
+    after = zt_stats(MPI_COMM_WORLD);
+    check_path(what, true, &before, &after, 1);
+    for (size_t i = 0; i < count && strcmp(what, "barrier") != 0; i++) {
+        const double want = strncmp(what, "bcast", 5) == 0
+                                ? root + (double)i
+                                : size * (size - 1) / 2.0 + size * (double)i;
+        bad += out[i] != want;
+    }
+    ZT_CHECK(bad == 0, "%s: %zu wrong elements", what, bad);
+    if (rank != late) {
+        ZT_CHECK(wall > SLEEP_LATE_US * 0.5e-6, "%s: rank %d left after "
+                 "%.3f s, before the late rank came", what, rank, wall);
+        ZT_CHECK(cpu < 0.25 * wall, "%s: rank %d used %.3f s of CPU "
+                 "waiting %.3f s for the late rank", what, rank, cpu, wall);
+    }
+    pool_free(pool, out);
+    pool_free(pool, in);
+}
+
+static void run_sleep(void)
+{
+    pool_t pool;
+
+    pool_init(&pool, true, MIB);
+    MPI_Barrier(MPI_COMM_WORLD); /* engages the range set on the world */
+    sleep_case(&pool, "barrier", 0);
+    sleep_case(&pool, "allreduce 8 B", 1);
+    sleep_case(&pool, "allreduce 64 KiB", 8 * KIB);
+    sleep_case(&pool, "bcast 64 KiB", 8 * KIB);
+    pool_fini(&pool);
+}
+
 static void run_settings_info(void) { run_settings(false); }
 static void run_settings_mca(void) { run_settings(true); }
 
@@ -1421,6 +1504,7 @@ static const struct {
     { "mapfail-inplace", run_mapfail_in_place },
     { "setupretry", run_setupretry }, { "stats", run_stats },
     { "replan", run_replan },         { "idle", run_idle },
+    { "sleep", run_sleep },
 };
 
 int main(int argc, char **argv)

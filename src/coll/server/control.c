@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* What every rank tells the others when a communicator is set up. */
@@ -81,7 +83,8 @@ static void ctl_layout(zcopy_ctl_t *ctl, size_t inline_cap)
                                             inline_cap, ZCOPY_CACHE_LINE);
     ctl->stride = sizeof(zcopy_ctl_slot_t) + 2 * ctl->inline_stride +
                   zcopy_align_up(vec_bytes, ZCOPY_CACHE_LINE);
-    ctl->segment_size = ctl->stride * (size_t)ctl->nranks;
+    ctl->segment_size = (ctl->stride + sizeof(zcopy_ctl_bell_t)) *
+                        (size_t)ctl->nranks;
 }
 
 static zcopy_status_t ctl_alloc(zcopy_ctl_t **ctl_p, int rank, int nranks)
@@ -329,6 +332,9 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
         goto out;
     }
     ctl->crowded = vote.any;
+    if (ctl->crowded)
+        ctl->bells = (zcopy_ctl_bell_t *)(ctl->segment +
+                                          ctl->stride * (size_t)ctl->nranks);
     ctl->inline_limit = zcopy_ctl_inline_limit(vote.any);
     if (ctl->inline_limit > seg.inline_cap)
         ctl->inline_limit = seg.inline_cap;
@@ -358,6 +364,75 @@ out:
 
 /* --- per collective ------------------------------------------------------ */
 
+/* --- waits ---------------------------------------------------------------- */
+
+/* What a wait waits for: @word (shifted right by @shift) reaching @min, or
+ * @tag, when given, holding @tag_seq. */
+typedef struct {
+    const _Atomic uint64_t *word;
+    unsigned shift;
+    uint64_t min;
+    const _Atomic uint64_t *tag;
+    uint64_t tag_seq;
+} ctl_until_t;
+
+/* Turns of a wait before it sleeps: as many as it spins before it would
+ * yield (zcopy_wait_turn). */
+#define CTL_SPINS_BEFORE_SLEEP 8
+/* The longest sleep: a ring ends it sooner. Between two sleeps the rank
+ * runs Open MPI's engine (MPI's progress rule), and a yield would give the
+ * core away for a time slice or more anyway. */
+#define CTL_SLEEP_MAX_NS 100000
+
+static bool ctl_until_met(const ctl_until_t *until)
+{
+    if (until->tag != NULL &&
+        atomic_load_explicit(until->tag, memory_order_acquire) ==
+            until->tag_seq)
+        return true;
+    return atomic_load_explicit(until->word, memory_order_acquire) >>
+               until->shift >= until->min;
+}
+
+void zcopy_ctl_bell_ring(zcopy_ctl_bell_t *bell)
+{
+    atomic_fetch_add_explicit(&bell->ring, 1, memory_order_release);
+    syscall(SYS_futex, (uint32_t *)&bell->ring, FUTEX_WAKE, INT32_MAX, NULL,
+            NULL, 0);
+}
+
+/* Sleeps until @peer rings, or CTL_SLEEP_MAX_NS, unless @until is met once
+ * this rank counts as a sleeper (zcopy_ctl_ring's fence pairs with the
+ * count). */
+static void ctl_sleep(const zcopy_ctl_t *ctl, int peer,
+                      const ctl_until_t *until)
+{
+    zcopy_ctl_bell_t *bell = &ctl->bells[peer];
+    const struct timespec most = { 0, CTL_SLEEP_MAX_NS };
+    uint32_t ring;
+
+    atomic_fetch_add_explicit(&bell->sleepers, 1, memory_order_seq_cst);
+    ring = atomic_load_explicit(&bell->ring, memory_order_seq_cst);
+    if (!ctl_until_met(until))
+        syscall(SYS_futex, (uint32_t *)&bell->ring, FUTEX_WAIT, ring, &most,
+                NULL, 0);
+    atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);
+}
+
+/* One turn of a wait for @peer: a sleep on the bell once a yielding wait
+ * has spun a few turns, else the common turn. */
+static void ctl_relax(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int peer,
+                      const ctl_until_t *until)
+{
+    if (ctl->bells == NULL || !w->yield ||
+        w->spins < CTL_SPINS_BEFORE_SLEEP) {
+        zcopy_wait_relax(w, peer);
+        return;
+    }
+    zcopy_wait_tend(w, peer);
+    ctl_sleep(ctl, peer, until);
+}
+
 /* Before an eligible rank writes records or vectors of collective @seq:
  * waits until every peer has entered @seq - 1, when they may still read
  * those of @seq - 2 (at once, unless this rank declined a collective since
@@ -371,9 +446,10 @@ static void ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
     ctl_wait_init(&w, ctl, "the arrival of the previous collective", seq);
     for (int r = 0; r < ctl->nranks; r++) {
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
-        while (atomic_load_explicit(&slot->arrive, memory_order_acquire) <
-               seq - 1)
-            zcopy_wait_relax(&w, r);
+        const ctl_until_t until = { .word = &slot->arrive, .min = seq - 1 };
+
+        while (!ctl_until_met(&until))
+            ctl_relax(ctl, &w, r, &until);
     }
     ctl->arrived = seq - 1;
 }
@@ -410,6 +486,7 @@ uint64_t zcopy_ctl_publish(zcopy_ctl_t *ctl, const coll_plan_t *plan)
     /* Release: peers that see the tag also see args and vectors. */
     atomic_store_explicit(&rec->seq, seq, memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
+    zcopy_ctl_ring(ctl);
     return seq;
 }
 
@@ -457,6 +534,8 @@ static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
                             ctl_fetch_t fetch)
 {
     const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, rank);
+    const ctl_until_t until = { .word = &slot->arrive, .min = seq,
+                                .tag = tag, .tag_seq = seq };
 
     for (;;) {
         /* Acquire: pairs with the peer's release of the tag. */
@@ -475,7 +554,7 @@ static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
             atomic_load_explicit(&slot->arrive, memory_order_acquire) >= seq)
             /* The tag is stored before the arrival: look once more. */
             return atomic_load_explicit(tag, memory_order_acquire) == seq;
-        zcopy_wait_relax(w, rank);
+        ctl_relax(ctl, w, rank, &until);
     }
 }
 
@@ -524,6 +603,7 @@ int zcopy_ctl_inline_exchange(zcopy_ctl_t *ctl, const void *data, size_t len,
     /* Release: a peer that sees the tag also sees the payload. */
     atomic_store_explicit(&line->seq, seq, memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
+    zcopy_ctl_ring(ctl);
     return ctl_wait_all(ctl, seq, true, reads, what);
 }
 
@@ -549,13 +629,17 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
      * happens before any peer passes this sync. */
     atomic_store_explicit(&own->sync, target << ZCOPY_SYNC_BITS | any,
                           memory_order_release);
+    zcopy_ctl_ring(ctl);
     for (int r = 0; r < ctl->nranks; r++) {
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
-        uint64_t v;
-        while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
-                ZCOPY_SYNC_BITS) < target)
-            zcopy_wait_relax(&w, r);
-        any |= (unsigned)(v & ZCOPY_SYNC_MASK);
+        const ctl_until_t until = { .word = &slot->sync,
+                                    .shift = ZCOPY_SYNC_BITS, .min = target };
+
+        while (!ctl_until_met(&until))
+            ctl_relax(ctl, &w, r, &until);
+        any |= (unsigned)(atomic_load_explicit(&slot->sync,
+                                               memory_order_acquire) &
+                          ZCOPY_SYNC_MASK);
     }
     return any;
 }
@@ -565,6 +649,8 @@ unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags)
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, leader);
     uint64_t target = ++ctl->syncs;
+    const ctl_until_t until = { .word = &slot->sync, .shift = ZCOPY_SYNC_BITS,
+                                .min = target };
     zcopy_wait_t w;
     uint64_t v;
 
@@ -574,13 +660,15 @@ unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags)
     atomic_store_explicit(&own->sync,
                           target << ZCOPY_SYNC_BITS | (flags & ZCOPY_SYNC_MASK),
                           memory_order_release);
+    zcopy_ctl_ring(ctl);
     if (ctl->rank == leader)
         return flags & ZCOPY_SYNC_MASK;
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
-    /* Acquire: the leader's stores into this rank's buffers are visible. */
-    while (((v = atomic_load_explicit(&slot->sync, memory_order_acquire)) >>
-            ZCOPY_SYNC_BITS) < target)
-        zcopy_wait_relax(&w, leader);
+    /* Acquire (ctl_until_met): the leader's stores into this rank's
+     * buffers are visible. */
+    while (!ctl_until_met(&until))
+        ctl_relax(ctl, &w, leader, &until);
+    v = atomic_load_explicit(&slot->sync, memory_order_acquire);
     return (unsigned)(v & ZCOPY_SYNC_MASK);
 }
 

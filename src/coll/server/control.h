@@ -92,6 +92,19 @@ static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
 /* What zcopy_ctl_reason() answers when a peer's reason was overwritten. */
 #define ZCOPY_CTL_REASON_UNKNOWN 0xffu
 
+/* Where some rank's waits yield, a rank that has waited a few turns for a
+ * peer sleeps on that peer's bell instead of yielding, and a rank that
+ * stores what a peer may wait for (an arrival, a record, a sync) rings its
+ * own bell when someone sleeps on it: the kernel then runs the ranks that
+ * can go on at once, where a yield leaves them to their turn in the
+ * scheduler's queue, and wakes no rank whose peer has not moved. One line
+ * per rank, after the slots. */
+typedef struct {
+    _Atomic uint32_t ring;        /* futex word: bumped at every ring */
+    _Atomic uint32_t sleepers;    /* ranks asleep, or about to be */
+    uint8_t pad[ZCOPY_CACHE_LINE - 2 * sizeof(uint32_t)];
+} zcopy_ctl_bell_t;
+
 typedef struct {
     uint64_t table_version;
     uintptr_t addr;
@@ -114,6 +127,8 @@ typedef struct zcopy_ctl {
     bool yield;                   /* more local ranks than cores */
     bool crowded;                 /* some rank's waits yield: the same on
                                      every rank (agreed at set-up) */
+    zcopy_ctl_bell_t *bells;      /* by rank, in the segment where
+                                     crowded; else NULL: nobody sleeps */
     uint64_t sent_msgs;           /* records published for peers */
     uint64_t sent_bytes;
     zcopy_ipc_peer_t **peers;     /* by rank; NULL for this rank */
@@ -175,6 +190,24 @@ static inline void zcopy_ctl_prefetch_hints(const zcopy_ctl_t *ctl)
             __builtin_prefetch(ctl->hints[r], 0, 3);
 }
 
+void zcopy_ctl_bell_ring(zcopy_ctl_bell_t *bell);
+
+/* After a store a peer may wait for: wakes the sleepers, if any. The fence
+ * orders the store before the look at the count, as a sleeper counts
+ * itself before its last look at the stores: one of the two sees the
+ * other's. */
+static inline void zcopy_ctl_ring(const zcopy_ctl_t *ctl)
+{
+    zcopy_ctl_bell_t *bell;
+
+    if (ctl->bells == NULL)
+        return;
+    bell = &ctl->bells[ctl->rank];
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&bell->sleepers, memory_order_relaxed) > 0)
+        zcopy_ctl_bell_ring(bell);
+}
+
 /* Enters the next collective without being eligible: records @reason and
  * the arrival, and returns at once. Inline: it is all that a process with
  * nothing activated does per collective. */
@@ -189,6 +222,7 @@ static inline void zcopy_ctl_decline(zcopy_ctl_t *ctl, uint32_t reason)
     atomic_store_explicit(&own->reasons[seq % ZCOPY_CTL_REASONS],
                           seq << 8 | (reason & 0xffu), memory_order_release);
     atomic_store_explicit(&own->arrive, seq, memory_order_release);
+    zcopy_ctl_ring(ctl);
 }
 
 /* Enters the next collective as eligible, with this rank's arguments and
