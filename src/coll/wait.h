@@ -57,6 +57,9 @@ typedef struct {
  * cluster (2 servers of 1 rank): an 8 B allreduce or bcast 9.5 us against
  * 10.4 us with the in-server spacing. */
 #define ZCOPY_WAIT_POLLS_PER_PROGRESS 128
+/* Turns a wait spins before it yields where ranks outnumber cores (or,
+ * inside one server, sleeps: server/control.c). */
+#define ZCOPY_WAIT_SPINS_BEFORE_YIELD 8
 /* Spins between two looks at the clock for the stuck-peer report. */
 #define ZCOPY_WAIT_SPINS_PER_CLOCK 4096
 
@@ -89,7 +92,7 @@ static inline void zcopy_wait_turn(zcopy_wait_t *w, int peer,
                                    unsigned progress_every)
 {
     const unsigned n = ++w->spins;
-    const bool yielding = w->yield && n > 8;
+    const bool yielding = w->yield && n > ZCOPY_WAIT_SPINS_BEFORE_YIELD;
     bool yielded = false;
 
     if (yielding || n % progress_every == 0)

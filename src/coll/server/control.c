@@ -9,11 +9,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <linux/futex.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -362,9 +362,7 @@ out:
     return ZCOPY_SUCCESS;
 }
 
-/* --- per collective ------------------------------------------------------ */
-
-/* --- waits ---------------------------------------------------------------- */
+/* --- waits --------------------------------------------------------------- */
 
 /* What a wait waits for: @word (shifted right by @shift) reaching @min, or
  * @tag, when given, holding @tag_seq. */
@@ -376,22 +374,24 @@ typedef struct {
     uint64_t tag_seq;
 } ctl_until_t;
 
-/* Turns of a wait before it sleeps: as many as it spins before it would
- * yield (zcopy_wait_turn). */
-#define CTL_SPINS_BEFORE_SLEEP 8
-/* The longest sleep: a ring ends it sooner. Between two sleeps the rank
- * runs Open MPI's engine (MPI's progress rule), and a yield would give the
- * core away for a time slice or more anyway. */
-#define CTL_SLEEP_MAX_NS 100000
+/* A sleep's timeout: a ring ends it sooner. Between two sleeps the rank
+ * runs Open MPI's engine (MPI's progress rule); the kernel's timer slack
+ * (50 us by default) can lengthen it, as it lengthens a yield's absence. */
+#define CTL_SLEEP_NS 100000
 
-static bool ctl_until_met(const ctl_until_t *until)
+/* Whether @until is met; *@word (if given) receives the word it read. */
+static bool ctl_until_met(const ctl_until_t *until, uint64_t *word)
 {
+    uint64_t v;
+
     if (until->tag != NULL &&
         atomic_load_explicit(until->tag, memory_order_acquire) ==
             until->tag_seq)
         return true;
-    return atomic_load_explicit(until->word, memory_order_acquire) >>
-               until->shift >= until->min;
+    v = atomic_load_explicit(until->word, memory_order_acquire);
+    if (word != NULL)
+        *word = v;
+    return v >> until->shift >= until->min;
 }
 
 void zcopy_ctl_bell_ring(zcopy_ctl_bell_t *bell)
@@ -401,22 +401,32 @@ void zcopy_ctl_bell_ring(zcopy_ctl_bell_t *bell)
             NULL, 0);
 }
 
-/* Sleeps until @peer rings, or CTL_SLEEP_MAX_NS, unless @until is met once
- * this rank counts as a sleeper (zcopy_ctl_ring's fence pairs with the
- * count). */
+/* Sleeps until @peer rings, or CTL_SLEEP_NS, unless @until is met once
+ * this rank counts as a sleeper: the fence after the count pairs with the
+ * one in zcopy_ctl_ring, so that either this look sees the peer's store or
+ * the peer sees the count (and the ring value read before the look moves,
+ * or the wake comes). */
 static void ctl_sleep(const zcopy_ctl_t *ctl, int peer,
                       const ctl_until_t *until)
 {
     zcopy_ctl_bell_t *bell = &ctl->bells[peer];
-    const struct timespec most = { 0, CTL_SLEEP_MAX_NS };
+    const struct timespec most = { 0, CTL_SLEEP_NS };
     uint32_t ring;
 
-    atomic_fetch_add_explicit(&bell->sleepers, 1, memory_order_seq_cst);
-    ring = atomic_load_explicit(&bell->ring, memory_order_seq_cst);
-    if (!ctl_until_met(until))
+    atomic_fetch_add_explicit(&bell->sleepers, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    ring = atomic_load_explicit(&bell->ring, memory_order_acquire);
+    if (!ctl_until_met(until, NULL))
         syscall(SYS_futex, (uint32_t *)&bell->ring, FUTEX_WAIT, ring, &most,
                 NULL, 0);
     atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);
+}
+
+/* Whether the next turn of @w sleeps: where it would yield. */
+static bool ctl_sleeps(const zcopy_ctl_t *ctl, const zcopy_wait_t *w)
+{
+    return ctl->bells != NULL && w->yield &&
+           w->spins >= ZCOPY_WAIT_SPINS_BEFORE_YIELD;
 }
 
 /* One turn of a wait for @peer: a sleep on the bell once a yielding wait
@@ -424,14 +434,15 @@ static void ctl_sleep(const zcopy_ctl_t *ctl, int peer,
 static void ctl_relax(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int peer,
                       const ctl_until_t *until)
 {
-    if (ctl->bells == NULL || !w->yield ||
-        w->spins < CTL_SPINS_BEFORE_SLEEP) {
+    if (!ctl_sleeps(ctl, w)) {
         zcopy_wait_relax(w, peer);
         return;
     }
     zcopy_wait_tend(w, peer);
     ctl_sleep(ctl, peer, until);
 }
+
+/* --- per collective ------------------------------------------------------ */
 
 /* Before an eligible rank writes records or vectors of collective @seq:
  * waits until every peer has entered @seq - 1, when they may still read
@@ -448,7 +459,7 @@ static void ctl_claim(zcopy_ctl_t *ctl, uint64_t seq)
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         const ctl_until_t until = { .word = &slot->arrive, .min = seq - 1 };
 
-        while (!ctl_until_met(&until))
+        while (!ctl_until_met(&until, NULL))
             ctl_relax(ctl, &w, r, &until);
     }
     ctl->arrived = seq - 1;
@@ -550,7 +561,8 @@ static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
          * would share it with the peer, whose next store to it would then
          * cost a transfer on the critical path of every tiny collective.
          * A peer that declined is seen a few spins later instead. */
-        if (w->spins % CTL_SPINS_PER_ARRIVAL == CTL_SPINS_PER_ARRIVAL - 1 &&
+        if ((w->spins % CTL_SPINS_PER_ARRIVAL == CTL_SPINS_PER_ARRIVAL - 1 ||
+             ctl_sleeps(ctl, w)) &&
             atomic_load_explicit(&slot->arrive, memory_order_acquire) >= seq)
             /* The tag is stored before the arrival: look once more. */
             return atomic_load_explicit(tag, memory_order_acquire) == seq;
@@ -634,12 +646,11 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         const ctl_until_t until = { .word = &slot->sync,
                                     .shift = ZCOPY_SYNC_BITS, .min = target };
+        uint64_t v;
 
-        while (!ctl_until_met(&until))
+        while (!ctl_until_met(&until, &v))
             ctl_relax(ctl, &w, r, &until);
-        any |= (unsigned)(atomic_load_explicit(&slot->sync,
-                                               memory_order_acquire) &
-                          ZCOPY_SYNC_MASK);
+        any |= (unsigned)(v & ZCOPY_SYNC_MASK);
     }
     return any;
 }
@@ -666,9 +677,8 @@ unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags)
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
     /* Acquire (ctl_until_met): the leader's stores into this rank's
      * buffers are visible. */
-    while (!ctl_until_met(&until))
+    while (!ctl_until_met(&until, &v))
         ctl_relax(ctl, &w, leader, &until);
-    v = atomic_load_explicit(&slot->sync, memory_order_acquire);
     return (unsigned)(v & ZCOPY_SYNC_MASK);
 }
 

@@ -7,7 +7,8 @@
  * Every collective has a number k, the same on every rank. A rank that is
  * not eligible for k says so and leaves at once for the fallback: it stores
  * its reason and then its arrival, and waits for nobody, so a job that
- * never activates memory pays two stores to lines nobody else reads. An
+ * never activates memory pays two stores to lines nobody else reads (and,
+ * where ranks outnumber cores, a fence and a look at its bell). An
  * eligible rank writes a record tagged k (its arguments, or an inline
  * payload), then its arrival, and waits for every peer's record or
  * arrival: a peer that arrived at k without a record tagged k was not
@@ -27,6 +28,7 @@
  *             to spin)
  *   then      vectors (counts, displacements) of the v-collectives, by
  *             parity like the records
+ * and after every slot, one bell per rank (zcopy_ctl_bell_t).
  *
  * Records (and vectors) of parity k % 2 are rewritten only by an eligible
  * rank at k + 2, after it saw every peer arrive at k + 1: by then every
@@ -92,8 +94,9 @@ static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
 /* What zcopy_ctl_reason() answers when a peer's reason was overwritten. */
 #define ZCOPY_CTL_REASON_UNKNOWN 0xffu
 
-/* Where some rank's waits yield, a rank that has waited a few turns for a
- * peer sleeps on that peer's bell instead of yielding, and a rank that
+/* Where some rank's waits yield (the communicator is crowded), a rank
+ * whose waits yield and that has waited a few turns for a peer sleeps on
+ * that peer's bell instead of yielding, and a rank that
  * stores what a peer may wait for (an arrival, a record, a sync) rings its
  * own bell when someone sleeps on it: the kernel then runs the ranks that
  * can go on at once, where a yield leaves them to their turn in the
@@ -104,6 +107,10 @@ typedef struct {
     _Atomic uint32_t sleepers;    /* ranks asleep, or about to be */
     uint8_t pad[ZCOPY_CACHE_LINE - 2 * sizeof(uint32_t)];
 } zcopy_ctl_bell_t;
+static_assert(sizeof(zcopy_ctl_bell_t) == ZCOPY_CACHE_LINE,
+              "a bell is a line of its own, shared between processes");
+static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t),
+              "the ring is the kernel's futex word");
 
 typedef struct {
     uint64_t table_version;
