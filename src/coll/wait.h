@@ -34,6 +34,11 @@ int zcopy_cpus_shared(const zcopy_cpus_t *const *cpus, int n);
  * them) outnumber the cores they share: then waits yield. */
 bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self);
 
+/* Whether they are at least twice the cores: then a wait that would yield
+ * sleeps instead, where the path can be woken (server/control.c); forced
+ * by coll_zcopy_yield 1 like the yield. */
+bool zcopy_wait_sleeps(const zcopy_cpus_t *const *cpus, int n, int self);
+
 /* A wait in progress: which collective, and since when, so that a peer that
  * never arrives is reported once (the wait itself goes on, as MPI's does). */
 typedef struct {

@@ -296,6 +296,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
         st = access_apply(zc, all, mine.ipc.table_ino);
     if (st == ZCOPY_SUCCESS && failed < 0) {
         ctl->yield = zcopy_wait_yields(ctl_cpus(zc, all), zc->size, zc->rank);
+        ctl->sleeps = zcopy_wait_sleeps(ctl_cpus(zc, all), zc->size, zc->rank);
         const int shared = zc->rank == 0
                                ? zcopy_cpus_shared(ctl_cpus(zc, all), zc->size)
                                : 0;
@@ -422,10 +423,11 @@ static void ctl_sleep(const zcopy_ctl_t *ctl, int peer,
     atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);
 }
 
-/* Whether the next turn of @w sleeps: where it would yield. */
+/* Whether the next turn of @w sleeps: where it would yield, and this
+ * rank's CPUs have two ranks or more each. */
 static bool ctl_sleeps(const zcopy_ctl_t *ctl, const zcopy_wait_t *w)
 {
-    return ctl->bells != NULL && w->yield &&
+    return ctl->bells != NULL && ctl->sleeps && w->yield &&
            w->spins >= ZCOPY_WAIT_SPINS_BEFORE_YIELD;
 }
 

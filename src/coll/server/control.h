@@ -95,7 +95,8 @@ static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
 #define ZCOPY_CTL_REASON_UNKNOWN 0xffu
 
 /* Where some rank's waits yield (the communicator is crowded), a rank
- * whose waits yield and that has waited a few turns for a peer sleeps on
+ * whose waits would yield and whose CPUs have two ranks or more each
+ * (zcopy_wait_sleeps) and that has waited a few turns for a peer sleeps on
  * that peer's bell instead of yielding, and a rank that
  * stores what a peer may wait for (an arrival, a record, a sync) rings its
  * own bell when someone sleeps on it: the kernel then runs the ranks that
@@ -132,6 +133,8 @@ typedef struct zcopy_ctl {
                                      this collective */
     uint64_t syncs;               /* syncs passed in the current lifetime */
     bool yield;                   /* more local ranks than cores */
+    bool sleeps;                  /* at least twice as many: waits that
+                                     would yield sleep on a bell */
     bool crowded;                 /* some rank's waits yield: the same on
                                      every rank (agreed at set-up) */
     zcopy_ctl_bell_t *bells;      /* by rank, in the segment where
