@@ -96,8 +96,8 @@ bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self)
 }
 
 /* Every core has two ranks or more in either view: measured on a 2-core
- * VM, sleeping made waits 1.2-1.3x faster at np 4 and 0.7x as fast at
- * np 3, where a CPU often has the waiter alone and waking it (an
+ * VM, sleeping made small calls 1.1-1.3x faster at np 4 and 0.7x as fast
+ * at np 3, where a CPU often has the waiter alone and waking it (an
  * interrupt to an idle CPU) costs more than its polling did. */
 bool zcopy_wait_sleeps(const zcopy_cpus_t *const *cpus, int n, int self)
 {

@@ -540,20 +540,23 @@ static ctl_fetch_t ctl_fetch_of(const zcopy_ctl_t *ctl, int rank, uint64_t seq,
 }
 
 /* Waits for @rank's record of @seq (*tag, its tag word) or its arrival,
- * asking for the lines @fetch names meanwhile; true when the record is
- * there, false when the rank declined. */
+ * asking meanwhile for the lines of its payload that @reads names (inline
+ * records; NULL: none); true when the record is there, false when the
+ * rank declined. */
 static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
                             _Atomic uint64_t *tag, uint64_t seq,
-                            ctl_fetch_t fetch)
+                            const zcopy_coll_inline_reads_t *reads)
 {
     const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, rank);
     const ctl_until_t until = { .word = &slot->arrive, .min = seq,
                                 .tag = tag, .tag_seq = seq };
+    ctl_fetch_t fetch;
 
+    /* Acquire: pairs with the peer's release of the tag. */
+    if (atomic_load_explicit(tag, memory_order_acquire) == seq)
+        return true;
+    fetch = ctl_fetch_of(ctl, rank, seq, reads);
     for (;;) {
-        /* Acquire: pairs with the peer's release of the tag. */
-        if (atomic_load_explicit(tag, memory_order_acquire) == seq)
-            return true;
         /* Every turn: a line fetched before the writer's store is taken
          * back by it, and then fetched again here. A prefetch never
          * faults and orders nothing; the tag's acquire still does. */
@@ -569,6 +572,8 @@ static bool ctl_wait_record(const zcopy_ctl_t *ctl, zcopy_wait_t *w, int rank,
             /* The tag is stored before the arrival: look once more. */
             return atomic_load_explicit(tag, memory_order_acquire) == seq;
         ctl_relax(ctl, w, rank, &until);
+        if (atomic_load_explicit(tag, memory_order_acquire) == seq)
+            return true;
     }
 }
 
@@ -587,9 +592,7 @@ static int ctl_wait_all(zcopy_ctl_t *ctl, uint64_t seq, bool inline_records,
         _Atomic uint64_t *tag = inline_records
                                     ? &zcopy_ctl_inline(ctl, r, seq)->seq
                                     : &slot->rec[seq & 1].seq;
-        const ctl_fetch_t fetch = ctl_fetch_of(ctl, r, seq, reads);
-
-        if (!ctl_wait_record(ctl, &w, r, tag, seq, fetch) &&
+        if (!ctl_wait_record(ctl, &w, r, tag, seq, reads) &&
             first_declined < 0)
             first_declined = r;
     }

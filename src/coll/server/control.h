@@ -96,13 +96,13 @@ static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
 
 /* Where some rank's waits yield (the communicator is crowded), a rank
  * whose waits would yield and whose CPUs have two ranks or more each
- * (zcopy_wait_sleeps) and that has waited a few turns for a peer sleeps on
- * that peer's bell instead of yielding, and a rank that
- * stores what a peer may wait for (an arrival, a record, a sync) rings its
- * own bell when someone sleeps on it: the kernel then runs the ranks that
- * can go on at once, where a yield leaves them to their turn in the
- * scheduler's queue, and wakes no rank whose peer has not moved. One line
- * per rank, after the slots. */
+ * (zcopy_wait_sleeps) sleeps, once it has waited a few turns for a peer,
+ * on that peer's bell instead of yielding; a rank that stores what a peer
+ * may wait for (an arrival, a record, a sync) rings its own bell when
+ * someone sleeps on it. The kernel then runs the ranks that can go on at
+ * once, where a yield leaves them to their turn in the scheduler's queue,
+ * and wakes no rank whose peer has not moved. One line per rank, after
+ * the slots. */
 typedef struct {
     _Atomic uint32_t ring;        /* futex word: bumped at every ring */
     _Atomic uint32_t sleepers;    /* ranks asleep, or about to be */
