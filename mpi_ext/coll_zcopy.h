@@ -34,6 +34,7 @@ typedef struct {
     unsigned long span_inline_max; /* coll_zcopy_span_inline_max */
     int span_dissemination_min;   /* coll_zcopy_span_dissemination_min */
     int yield;                    /* coll_zcopy_yield */
+    int sleep;                    /* coll_zcopy_sleep */
     int transport;                /* coll_zcopy_transport (zcopy_transport_t) */
     int wait_report;              /* coll_zcopy_wait_report, seconds */
     int peer_access;              /* coll_zcopy_peer_access (zcopy_ipc_access_t) */

@@ -51,6 +51,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .yield = 0,
+    .sleep = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .wait_report = 60,
     .peer_access = ZCOPY_IPC_ACCESS_AUTO,
@@ -192,6 +193,13 @@ static int zcopy_register(void)
         "OMPI_COMM_WORLD_LOCAL_SIZE and the CPUs online), 1 always yield, "
         "2 never yield",
         OPAL_INFO_LVL_9, &c->yield);
+    zcopy_register_int("sleep",
+        "Where waits yield, whether a wait inside a server sleeps until the "
+        "awaited rank stores: 0 where ranks are at least twice the cores "
+        "they share, 1 always, 2 never; where some rank's waits yield "
+        "without sleeping, small rooted calls go to the previous component "
+        "(coll_zcopy_rooted_yield_min)",
+        OPAL_INFO_LVL_9, &c->sleep);
     zcopy_register_int("virtual_servers",
         "Split each host into this many servers by local rank, so that one "
         "machine exercises the inter-server path (1: one server per host)",
@@ -301,6 +309,7 @@ static int zcopy_register(void)
         c->span_dissemination_min > 0 ? c->span_dissemination_min : 0;
     zcopy_config.streaming_min = c->streaming_min;
     zcopy_config.yield_mode = c->yield >= 0 && c->yield <= 2 ? c->yield : 0;
+    zcopy_config.sleep_mode = c->sleep >= 0 && c->sleep <= 2 ? c->sleep : 0;
     zcopy_config.transport = c->transport;
     zcopy_config.ucx_fetch = c->ucx_fetch;
     zcopy_config.ucx_max_requests =

@@ -85,6 +85,8 @@ typedef struct {
     int span_dissemination_min; /* servers from which the leaders pass
                                   each round in log2 steps (0: never) */
     int yield_mode;            /* 0 auto, 1 always yield, 2 never yield */
+    int sleep_mode;            /* where waits yield: 0 auto, 1 always
+                                  sleep, 2 never sleep */
     int transport;             /* zcopy_transport_t: how peers are reached */
     int ucx_fetch;             /* zcopy_ucx_fetch_t: how UCX reads a peer */
     unsigned ucx_max_requests; /* UCX requests one rank keeps in flight in a

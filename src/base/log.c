@@ -18,6 +18,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .span_dissemination_min = 64,
     .wait_report_s = 60,
     .yield_mode = 0,
+    .sleep_mode = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .ucx_max_requests = 128,
 };

@@ -35,9 +35,14 @@ int zcopy_cpus_shared(const zcopy_cpus_t *const *cpus, int n);
 bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self);
 
 /* Whether they are at least twice the cores: then a wait that would yield
- * sleeps instead, where the path can be woken (server/control.c); forced
- * by coll_zcopy_yield 1 like the yield. */
+ * sleeps instead, where the path can be woken (server/control.c);
+ * coll_zcopy_sleep 1 or 2 decides it instead. */
 bool zcopy_wait_sleeps(const zcopy_cpus_t *const *cpus, int n, int self);
+
+/* Whether, where this rank's waits yield, small rooted calls go to the
+ * previous component (coll/server/server.h): where its waits do not sleep,
+ * or where the ranks are three times the cores or more. */
+bool zcopy_wait_hands_over(const zcopy_cpus_t *const *cpus, int n, int self);
 
 /* A wait in progress: which collective, and since when, so that a peer that
  * never arrives is reported once (the wait itself goes on, as MPI's does). */

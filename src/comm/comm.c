@@ -93,24 +93,31 @@ zcopy_status_t zcopy_comm_lists_alloc(zcopy_comm_t *zc)
     return zc->lists != NULL ? ZCOPY_SUCCESS : ZCOPY_ERR_NOMEM;
 }
 
-int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
+int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, unsigned flags,
                     zcopy_comm_vote_t *vote)
 {
     /* Minima of: the rank and value of a rank that has one (ranks with
-     * none count as INT64_MAX), so the first such rank wins; and the
-     * negated flag. */
-    int64_t v[2] = {
+     * none count as INT64_MAX), so the first such rank wins; and of each
+     * flag negated, which is the flags' OR. */
+    int64_t v[1 + ZCOPY_COMM_VOTE_FLAGS] = {
         value == 0 ? INT64_MAX
                    : (int64_t)zc->rank << 32 | (int64_t)(uint32_t)value,
-        flag ? -1 : 0,
     };
-    int rc = zc->ops.allreduce(v, 2, MPI_INT64_T, MPI_MIN, zc->ops.ctx);
+    int rc;
 
+    assert(flags >> ZCOPY_COMM_VOTE_FLAGS == 0);
+    for (int f = 0; f < ZCOPY_COMM_VOTE_FLAGS; f++)
+        v[1 + f] = flags & 1u << f ? -1 : 0;
+    rc = zc->ops.allreduce(v, 1 + ZCOPY_COMM_VOTE_FLAGS, MPI_INT64_T, MPI_MIN,
+                           zc->ops.ctx);
     if (rc != MPI_SUCCESS)
         return rc;
     vote->rank = v[0] == INT64_MAX ? -1 : (int)(v[0] >> 32);
     vote->value = v[0] == INT64_MAX ? 0 : (int32_t)(uint32_t)v[0];
-    vote->any = v[1] != 0;
+    vote->any = 0;
+    for (int f = 0; f < ZCOPY_COMM_VOTE_FLAGS; f++)
+        if (v[1 + f] != 0)
+            vote->any |= 1u << f;
     return MPI_SUCCESS;
 }
 

@@ -119,16 +119,19 @@ typedef struct {
     int rank;                     /* the first rank whose value was not 0,
                                      or -1 */
     int32_t value;                /* its value */
-    bool any;                     /* some rank's flag was set */
+    unsigned any;                 /* the flags some rank set */
 } zcopy_comm_vote_t;
 
+/* Flags one agreement carries: bits 0 and 1. */
+#define ZCOPY_COMM_VOTE_FLAGS 2
+
 /* Every rank learns the first rank (in rank order) whose @value is not 0,
- * that value, and whether any rank set @flag: one allreduce through the
- * service ops, with no memory of its own, so that a rank that ran out of
- * memory still takes part (the others would wait for it forever). The
- * same answer on every rank; an MPI error code when the service call
- * failed, and then @vote says nothing. */
-int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, bool flag,
+ * that value, and which of the @flags some rank set: one allreduce
+ * through the service ops, with no memory of its own, so that a rank that
+ * ran out of memory still takes part (the others would wait for it
+ * forever). The same answer on every rank; an MPI error code when the
+ * service call failed, and then @vote says nothing. */
+int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, unsigned flags,
                     zcopy_comm_vote_t *vote);
 
 /* Makes the communicator's holding buffer at least @len bytes (false when

@@ -80,8 +80,10 @@ foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)
 endforeach()
 # Waits where ranks outnumber cores sleep until the awaited rank stores
-# (control.c's bells): forced on every rank by coll_zcopy_yield=1.
+# (control.c's bells): forced on every rank by coll_zcopy_yield=1 and
+# coll_zcopy_sleep=1.
 foreach(np 2 3)
   zcopy_add_mpi_test(NAME mpi.citizen.sleep.np${np} TARGET test_citizen
-                     NP ${np} ARGS sleep MCA coll_zcopy_yield=1)
+                     NP ${np} ARGS sleep
+                     MCA coll_zcopy_yield=1 coll_zcopy_sleep=1)
 endforeach()

@@ -49,8 +49,9 @@
  *              whose op becomes a non-commutative one, a gather whose
  *              root moves
  *
- *   sleep      (run with coll_zcopy_yield=1) ranks that wait inside a
- *              zero-copy collective for a late rank give their core away:
+ *   sleep      (run with coll_zcopy_yield=1 coll_zcopy_sleep=1) ranks
+ *              that wait inside a zero-copy collective for a late rank
+ *              give their core away:
  *              they sleep until it arrives, using a small part of the wait
  *              in CPU time, where yielding would spin through all of it;
  *              results right, every call zero-copy

@@ -1,8 +1,10 @@
 /*
- * Small rooted collectives where waits yield go to the previous component
+ * Small rooted collectives where some rank's waits yield without sleeping,
+ * or where ranks are three times the cores, go to the previous component
  * (coll_zcopy_rooted_yield_min), on every rank and in step.
  *
- *   test_rooted_yield handover  every rank activated (coll_zcopy_yield=1):
+ *   test_rooted_yield handover  every rank activated (coll_zcopy_yield=1,
+ *                               coll_zcopy_sleep=2 on some rank):
  *                               bcast, reduce, gather and scatter below
  *                               the limit fall back on every rank with
  *                               their own reason, at the limit they run
@@ -14,6 +16,10 @@
  *                               others hand over without a step, or the
  *                               ranks' control planes part
  *   test_rooted_yield spin      no rank's waits yield (coll_zcopy_yield=2):
+ *                               every size runs zero-copy
+ *   test_rooted_yield sleep     every rank's waits yield and sleep, the
+ *                               ranks fewer than three times the cores:
+ *                               a rank that stores wakes its waiter, and
  *                               every size runs zero-copy
  *
  * Every result is checked on every rank, and each call's path from the
@@ -261,17 +267,18 @@ int main(int argc, char **argv)
     MPI_Comm active;
     const char *handover;
     int call = 0, below;
-    bool idle, spin;
+    bool idle, stays;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     zt_require(argc == 2 && (!strcmp(argv[1], "handover") ||
                              !strcmp(argv[1], "idle") ||
-                             !strcmp(argv[1], "spin")),
-               "usage: test_rooted_yield handover|idle|spin");
+                             !strcmp(argv[1], "spin") ||
+                             !strcmp(argv[1], "sleep")),
+               "usage: test_rooted_yield handover|idle|spin|sleep");
     idle = !strcmp(argv[1], "idle");
-    spin = !strcmp(argv[1], "spin");
+    stays = !strcmp(argv[1], "spin") || !strcmp(argv[1], "sleep");
     idle_rank = idle && rank == nranks - 1;
     limit = zt_cvar_ulong("coll_zcopy_rooted_yield_min", 0);
     zt_require(limit >= 2 * sizeof(int), "coll_zcopy_rooted_yield_min of "
@@ -283,10 +290,10 @@ int main(int argc, char **argv)
                    &active);
     if (!idle_rank)
         zt_arena_init(&arena, active, 16u << 20);
-    /* Below the limit every rank hands the call over where waits yield,
-     * whatever its buffers; at it, the rooted calls run zero-copy unless a
+    /* Below the limit every rank hands the call over where some rank's
+     * waits yield without sleeping, whatever its buffers; at it, the rooted calls run zero-copy unless a
      * rank has nothing activated, as the allreduces do. */
-    handover = spin ? NULL : HANDOVER_REASON;
+    handover = stays ? NULL : HANDOVER_REASON;
     run_round(1, handover, idle ? idle_reason : NULL, &call);
     run_round(below, handover, idle ? idle_reason : NULL, &call);
     run_round((int)((limit + sizeof(int) - 1) / sizeof(int)),

@@ -169,7 +169,7 @@ static zcopy_status_t access_apply(zcopy_comm_t *zc, const ctl_hello_t *all,
 
     if (access != ZCOPY_IPC_ACCESS_SOCKET)
         return st;
-    if (zcopy_comm_vote(zc, st, false, &vote) != MPI_SUCCESS)
+    if (zcopy_comm_vote(zc, st, 0, &vote) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "descriptor sockets: the "
                            "agreement failed");
     if (vote.rank < 0)
@@ -226,6 +226,13 @@ size_t zcopy_ctl_hello_bytes(void)
     return sizeof(ctl_hello_t);
 }
 
+/* This rank's part of the set-up's agreement on its waits. */
+enum {
+    CTL_VOTE_YIELDS = 1u << 0,     /* its waits yield */
+    CTL_VOTE_HANDS_OVER = 1u << 1, /* ... and it would hand small rooted
+                                      calls over (zcopy_wait_hands_over) */
+};
+
 zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
                                 zcopy_ctl_t **ctl_p, bool *spans,
                                 char *reason, size_t reason_len)
@@ -235,6 +242,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
     zcopy_comm_vote_t vote;
     zcopy_ctl_t *ctl = NULL;
     zcopy_status_t st;
+    unsigned flags = 0;
     int rc, other, failed;
 
     /* The devices only feed the server map printed below. */
@@ -297,6 +305,12 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
     if (st == ZCOPY_SUCCESS && failed < 0) {
         ctl->yield = zcopy_wait_yields(ctl_cpus(zc, all), zc->size, zc->rank);
         ctl->sleeps = zcopy_wait_sleeps(ctl_cpus(zc, all), zc->size, zc->rank);
+        if (ctl->yield)
+            flags = CTL_VOTE_YIELDS |
+                    (zcopy_wait_hands_over(ctl_cpus(zc, all), zc->size,
+                                           zc->rank)
+                         ? CTL_VOTE_HANDS_OVER
+                         : 0u);
         const int shared = zc->rank == 0
                                ? zcopy_cpus_shared(ctl_cpus(zc, all), zc->size)
                                : 0;
@@ -316,9 +330,10 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
         zcopy_log(ZCOPY_LOG_WARN, "ipc", "rank %d: %s", zc->rank,
                   zcopy_error_detail());
 
-    /* Agree: zero-copy only if every rank attached; and whether any
-     * rank's waits yield, which decides the inline limit for all. */
-    rc = zcopy_comm_vote(zc, st, ctl && ctl->yield, &vote);
+    /* Agree: zero-copy only if every rank attached; whether any rank's
+     * waits yield, which decides the inline limit for all; and whether any
+     * would hand small rooted calls over, which all then do. */
+    rc = zcopy_comm_vote(zc, st, flags, &vote);
     if (rc != MPI_SUCCESS) {
         st = ZCOPY_ERR_INTERNAL;
         snprintf(reason, reason_len, "setup agreement failed");
@@ -332,11 +347,12 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
         st = vote.value;
         goto out;
     }
-    ctl->crowded = vote.any;
+    ctl->crowded = vote.any & CTL_VOTE_YIELDS;
+    ctl->rooted_hand_over = vote.any & CTL_VOTE_HANDS_OVER;
     if (ctl->crowded)
         ctl->bells = (zcopy_ctl_bell_t *)(ctl->segment +
                                           ctl->stride * (size_t)ctl->nranks);
-    ctl->inline_limit = zcopy_ctl_inline_limit(vote.any);
+    ctl->inline_limit = zcopy_ctl_inline_limit(ctl->crowded);
     if (ctl->inline_limit > seg.inline_cap)
         ctl->inline_limit = seg.inline_cap;
     if (zc->rank == 0)

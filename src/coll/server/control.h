@@ -137,6 +137,9 @@ typedef struct zcopy_ctl {
                                      would yield sleep on a bell */
     bool crowded;                 /* some rank's waits yield: the same on
                                      every rank (agreed at set-up) */
+    bool rooted_hand_over;        /* some rank's waits yield where small
+                                     rooted calls do better under stock
+                                     (agreed too): server.h */
     zcopy_ctl_bell_t *bells;      /* by rank, in the segment where
                                      crowded; else NULL: nobody sleeps */
     uint64_t sent_msgs;           /* records published for peers */

@@ -18,14 +18,17 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
  * receiver waits for its senders alone, so a call can end on most ranks
  * before a rank that was off its core runs again (np 3 on 2 cores: 0.2-0.6
  * us against zcopy's 12). Such calls go to the previous component on every
- * rank. Each rank decides alone, with no step: a block's size is the same
- * on every rank (matching type signatures), and the limit and the crowding
- * are agreed at set-up. The v-forms stay: only their root knows the
- * sizes. */
+ * rank where some rank's waits yield and zcopy_wait_hands_over() says so:
+ * not where every core has two ranks, whose waits sleep on a bell until
+ * the rank that stores wakes them, which makes zcopy's own call as fast as
+ * stock's or faster. Each rank decides alone, with no step: a
+ * block's size is the same on every rank (matching type signatures), and
+ * the limit and the crowding are agreed at set-up. The v-forms stay: only
+ * their root knows the sizes. */
 static inline bool zcopy_server_hands_over(const zcopy_comm_t *zc,
                                            const zcopy_coll_args_t *a)
 {
-    if (!zc->ctl->crowded)
+    if (!zc->ctl->rooted_hand_over)
         return false;
     switch (a->type) {
     case ZCOPY_COLL_BCAST:

@@ -301,7 +301,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     /* Every rank takes part, whatever failed: the others wait for it. The
      * offers travel only once every rank has made its part and has room
      * for them. */
-    if (zcopy_comm_vote(zc, st, false, &vote) != MPI_SUCCESS ||
+    if (zcopy_comm_vote(zc, st, 0, &vote) != MPI_SUCCESS ||
         (vote.rank < 0 && zc->ops.allgather(&mine, offers, sizeof(mine),
                                             zc->ops.ctx) != MPI_SUCCESS)) {
         st = zcopy_error(ZCOPY_ERR_INTERNAL, "control plane: exchange failed");

@@ -193,7 +193,7 @@ static zcopy_status_t span_agree(zcopy_comm_t *zc, zcopy_status_t st,
 {
     zcopy_comm_vote_t vote;
 
-    if (zcopy_comm_vote(zc, st, false, &vote) != MPI_SUCCESS) {
+    if (zcopy_comm_vote(zc, st, 0, &vote) != MPI_SUCCESS) {
         snprintf(reason, reason_len, "setup agreement failed");
         return ZCOPY_ERR_INTERNAL;
     }
