@@ -198,7 +198,8 @@ static int zcopy_register(void)
         "awaited rank stores: 0 where ranks are at least twice the cores "
         "they share, 1 always, 2 never; where some rank's waits yield "
         "without sleeping, small rooted calls go to the previous component "
-        "(coll_zcopy_rooted_yield_min)",
+        "(coll_zcopy_rooted_yield_min), as they do where the ranks are "
+        "three times the cores or more",
         OPAL_INFO_LVL_9, &c->sleep);
     zcopy_register_int("virtual_servers",
         "Split each host into this many servers by local rank, so that one "
@@ -232,7 +233,8 @@ static int zcopy_register(void)
         "differ. 0: never",
         OPAL_INFO_LVL_9, &c->root_moves_max);
     zcopy_register_ulong("rooted_yield_min",
-        "Where ranks outnumber cores (waits yield the processor), a bcast, "
+        "Where some rank's waits yield the processor without sleeping, or "
+        "ranks are three times the cores (coll_zcopy_sleep), a bcast, "
         "reduce, gather or scatter inside one server that moves fewer "
         "bytes per rank than this goes to the previous component on every "
         "rank, counted as a fallback: zcopy's ranks agree before data "

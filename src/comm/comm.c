@@ -107,7 +107,7 @@ int zcopy_comm_vote(zcopy_comm_t *zc, int32_t value, unsigned flags,
 
     assert(flags >> ZCOPY_COMM_VOTE_FLAGS == 0);
     for (int f = 0; f < ZCOPY_COMM_VOTE_FLAGS; f++)
-        v[1 + f] = flags & 1u << f ? -1 : 0;
+        v[1 + f] = (flags & (1u << f)) != 0 ? -1 : 0;
     rc = zc->ops.allreduce(v, 1 + ZCOPY_COMM_VOTE_FLAGS, MPI_INT64_T, MPI_MIN,
                            zc->ops.ctx);
     if (rc != MPI_SUCCESS)

@@ -122,7 +122,7 @@ typedef struct {
     unsigned any;                 /* the flags some rank set */
 } zcopy_comm_vote_t;
 
-/* Flags one agreement carries: bits 0 and 1. */
+/* Flags one agreement carries: bits 0 to ZCOPY_COMM_VOTE_FLAGS - 1. */
 #define ZCOPY_COMM_VOTE_FLAGS 2
 
 /* Every rank learns the first rank (in rank order) whose @value is not 0,

@@ -3,13 +3,15 @@
 zcopy_mpi_executable(test_collectives)
 zcopy_add_mpi_test(NAME mpi.collectives.activated.np2
                    TARGET test_collectives NP 2 ARGS activated)
-# Waits that yield, with their inline limit (the default, 8 KiB per rank):
-# every size up to it inline, which the test checks the communicators
-# report; the mapped path at np 3 and 4 runs in alloc_mem.np3/np4.
+# Waits that yield (and sleep, whatever the machine's cores), with their
+# inline limit (the default, 8 KiB per rank): every size up to it inline,
+# which the test checks the communicators report; the mapped path at np 3
+# and 4 runs in alloc_mem.np3/np4.
 foreach(np 3 4)
   zcopy_add_mpi_test(NAME mpi.collectives.activated.np${np}
                      TARGET test_collectives NP ${np} ARGS activated
-                     MCA coll_zcopy_yield=1 coll_zcopy_inline_max_yield=8192)
+                     MCA coll_zcopy_yield=1 coll_zcopy_sleep=1
+                         coll_zcopy_inline_max_yield=8192)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.collectives.malloc.np2
                    TARGET test_collectives NP 2 ARGS malloc)

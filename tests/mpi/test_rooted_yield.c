@@ -3,8 +3,9 @@
  * or where ranks are three times the cores, go to the previous component
  * (coll_zcopy_rooted_yield_min), on every rank and in step.
  *
- *   test_rooted_yield handover  every rank activated (coll_zcopy_yield=1,
- *                               coll_zcopy_sleep=2 on some rank):
+ *   test_rooted_yield handover  every rank activated, some rank's waits
+ *                               yielding without sleeping or the ranks
+ *                               three times the cores:
  *                               bcast, reduce, gather and scatter below
  *                               the limit fall back on every rank with
  *                               their own reason, at the limit they run
@@ -19,7 +20,6 @@
  *                               every size runs zero-copy
  *   test_rooted_yield sleep     every rank's waits yield and sleep, the
  *                               ranks fewer than three times the cores:
- *                               a rank that stores wakes its waiter, and
  *                               every size runs zero-copy
  *
  * Every result is checked on every rank, and each call's path from the
@@ -290,9 +290,10 @@ int main(int argc, char **argv)
                    &active);
     if (!idle_rank)
         zt_arena_init(&arena, active, 16u << 20);
-    /* Below the limit every rank hands the call over where some rank's
-     * waits yield without sleeping, whatever its buffers; at it, the rooted calls run zero-copy unless a
-     * rank has nothing activated, as the allreduces do. */
+    /* Below the limit every rank hands the call over where the set-up
+     * agreed to (handover and idle modes), whatever its buffers; at it,
+     * the rooted calls run zero-copy unless a rank has nothing activated,
+     * as the allreduces do. */
     handover = stays ? NULL : HANDOVER_REASON;
     run_round(1, handover, idle ? idle_reason : NULL, &call);
     run_round(below, handover, idle ? idle_reason : NULL, &call);

@@ -347,8 +347,8 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
         st = vote.value;
         goto out;
     }
-    ctl->crowded = vote.any & CTL_VOTE_YIELDS;
-    ctl->rooted_hand_over = vote.any & CTL_VOTE_HANDS_OVER;
+    ctl->crowded = (vote.any & CTL_VOTE_YIELDS) != 0;
+    ctl->rooted_hand_over = (vote.any & CTL_VOTE_HANDS_OVER) != 0;
     if (ctl->crowded)
         ctl->bells = (zcopy_ctl_bell_t *)(ctl->segment +
                                           ctl->stride * (size_t)ctl->nranks);
@@ -359,7 +359,7 @@ zcopy_status_t zcopy_ctl_create(zcopy_comm_t *zc, void *hellos,
         zcopy_log(ZCOPY_LOG_INFO, "coll", "small collectives: payloads of "
                   "up to %zu bytes per rank ride the control plane (%s)",
                   ctl->inline_limit,
-                  !vote.any ? "coll_zcopy_inline_max"
+                  !ctl->crowded ? "coll_zcopy_inline_max"
                   : ctl->inline_limit < zcopy_ctl_inline_limit(true)
                       ? "some rank's waits yield, but rank 0 saw no reason "
                         "to size the records for it"

@@ -4,8 +4,8 @@
  * control plane (control.c) or, when small, its payload (inline.c's rule),
  * waits for every peer's arrival, and then runs the collective's algorithm
  * (reduction.c, movement.c, alltoall.c) through the mappings. Where waits
- * yield, small rooted calls go to the previous component instead
- * (zcopy_server_hands_over).
+ * yield and do not sleep, or ranks are three times the cores, small rooted
+ * calls go to the previous component instead (zcopy_server_hands_over).
  */
 #include "server.h"
 #include "algo.h"
