@@ -117,7 +117,7 @@ bool zcopy_wait_sleeps(const zcopy_cpus_t *const *cpus, int n, int self)
  * per rank 22.5 against 28.6, bcast and scatter level), but not from
  * three (np 6: reduce 49.5 against 34.2, gather 48.7 against 35.2): each
  * call of zcopy's waits until the scheduler has run every rank, where
- * stock's senders run several calls ahead. */
+ * stock's senders leave once they have sent. */
 bool zcopy_wait_hands_over(const zcopy_cpus_t *const *cpus, int n, int self)
 {
     wait_crowding_t c;
