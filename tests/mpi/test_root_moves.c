@@ -339,7 +339,7 @@ int main(int argc, char **argv)
             cursor = 0;
             run_reduce(root, ip, ++call);
         }
-        /* Over coll_zcopy_root_moves_max (1 MiB): every rank its own. */
+        /* Over coll_zcopy_root_moves_max (256 KiB): every rank its own. */
         cursor = 0;
         run_scatter(root, false, false, LARGE_INTS, false, ++call);
     }
