@@ -234,8 +234,8 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->root_moves_max);
     zcopy_register_ulong("rooted_yield_min",
         "Where some rank's waits yield the processor without sleeping, or "
-        "ranks are three times the cores (coll_zcopy_sleep), a bcast, "
-        "reduce, gather or scatter inside one server that moves fewer "
+        "ranks are three times the cores or more (coll_zcopy_sleep), a "
+        "bcast, reduce, gather or scatter inside one server that moves fewer "
         "bytes per rank than this goes to the previous component on every "
         "rank, counted as a fallback: zcopy's ranks agree before data "
         "moves, so each waits for others, where stock's senders leave once "

@@ -111,8 +111,8 @@ bool zcopy_wait_sleeps(const zcopy_cpus_t *const *cpus, int n, int self)
 }
 
 /* Sleeping waits wake the rank that can go on at once, which makes
- * zcopy's small rooted calls as fast as stock's where every core has two
- * ranks (np 4 on the 2-core AMD EPYC VM, medians of 11 interleaved jobs:
+ * zcopy's small rooted calls as fast as a hand-over where every core has
+ * two ranks (np 4 on the 2-core AMD EPYC VM, medians of 11 interleaved jobs:
  * reduce of 8 bytes 20.8 us against 24.2 handed over, gather of 64 bytes
  * per rank 22.5 against 28.6, bcast and scatter level), but not from
  * three (np 6: reduce 49.5 against 34.2, gather 48.7 against 35.2): each

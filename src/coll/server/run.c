@@ -3,9 +3,10 @@
  * maps its peers' activated memory. A call plans, publishes its plan in the
  * control plane (control.c) or, when small, its payload (inline.c's rule),
  * waits for every peer's arrival, and then runs the collective's algorithm
- * (reduction.c, movement.c, alltoall.c) through the mappings. Where waits
- * yield and do not sleep, or ranks are three times the cores, small rooted
- * calls go to the previous component instead (zcopy_server_hands_over).
+ * (reduction.c, movement.c, alltoall.c) through the mappings. Where some
+ * rank's waits yield without sleeping, or yield where ranks are three
+ * times the cores or more, small rooted calls go to the previous
+ * component instead (zcopy_server_hands_over).
  */
 #include "server.h"
 #include "algo.h"

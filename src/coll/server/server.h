@@ -21,9 +21,9 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a);
  * rank where some rank's waits yield and zcopy_wait_hands_over() says so:
  * not where every core has two ranks, whose waits sleep on a bell until
  * the rank that stores wakes them, which makes zcopy's own call as fast as
- * stock's or faster. Each rank decides alone, with no step: a block's
- * size is the same on every rank (matching type signatures), and the
- * limit and the hand-over are agreed at set-up. The v-forms stay: only
+ * handing it over, or faster. Each rank decides alone, with no step: a
+ * block's size is the same on every rank (matching type signatures), and
+ * the limit and the hand-over are agreed at set-up. The v-forms stay: only
  * their root knows the sizes. */
 static inline bool zcopy_server_hands_over(const zcopy_comm_t *zc,
                                            const zcopy_coll_args_t *a)
