@@ -95,38 +95,39 @@ bool zcopy_wait_yields(const zcopy_cpus_t *const *cpus, int n, int self)
     return (c.cpus > 0 && c.ranks > c.cpus) || c.host_ranks > c.host_cpus;
 }
 
-/* Every core has two ranks or more in either view: measured on a 2-core
- * VM, sleeping made small calls 1.1-1.3x faster at np 4 and 0.7x as fast
- * at np 3, where a CPU often has the waiter alone and waking it (an
- * interrupt to an idle CPU) costs more than its polling did. */
+/* Every core has @times ranks or more in either view. */
+static bool wait_ranks_per_cpu(const zcopy_cpus_t *const *cpus, int n,
+                               int self, int times)
+{
+    const wait_crowding_t c = wait_crowding(cpus, n, self);
+
+    return (c.cpus > 0 && c.ranks >= times * c.cpus) ||
+           c.host_ranks >= times * c.host_cpus;
+}
+
+/* Every core has two ranks or more: measured on a 2-core VM, sleeping
+ * made small calls 1.1-1.3x faster at np 4 and 0.7x as fast at np 3,
+ * where a CPU often has the waiter alone and waking it (an interrupt to
+ * an idle CPU) costs more than its polling did. */
 bool zcopy_wait_sleeps(const zcopy_cpus_t *const *cpus, int n, int self)
 {
-    wait_crowding_t c;
-
     if (zcopy_config.sleep_mode)
         return zcopy_config.sleep_mode == 1;
-    c = wait_crowding(cpus, n, self);
-    return (c.cpus > 0 && c.ranks >= 2 * c.cpus) ||
-           c.host_ranks >= 2 * c.host_cpus;
+    return wait_ranks_per_cpu(cpus, n, self, 2);
 }
 
 /* Sleeping waits wake the rank that can go on at once, which makes
  * zcopy's small rooted calls as fast as a hand-over where every core has
- * two ranks (np 4 on the 2-core AMD EPYC VM, medians of 11 interleaved jobs:
- * reduce of 8 bytes 20.8 us against 24.2 handed over, gather of 64 bytes
+ * two ranks (np 4 on the 2-core AMD EPYC VM, medians of 11 interleaved
+ * jobs: reduce of 8 bytes 20.8 us against 24.2 handed over, gather of 64 bytes
  * per rank 22.5 against 28.6, bcast and scatter level), but not from
  * three (np 6: reduce 49.5 against 34.2, gather 48.7 against 35.2): each
  * call of zcopy's waits until the scheduler has run every rank, where
  * stock's senders leave once they have sent. */
 bool zcopy_wait_hands_over(const zcopy_cpus_t *const *cpus, int n, int self)
 {
-    wait_crowding_t c;
-
-    if (!zcopy_wait_sleeps(cpus, n, self))
-        return true;
-    c = wait_crowding(cpus, n, self);
-    return (c.cpus > 0 && c.ranks >= 3 * c.cpus) ||
-           c.host_ranks >= 3 * c.host_cpus;
+    return !zcopy_wait_sleeps(cpus, n, self) ||
+           wait_ranks_per_cpu(cpus, n, self, 3);
 }
 
 void zcopy_wait_check_clock(zcopy_wait_t *w, int peer)

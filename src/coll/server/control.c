@@ -439,8 +439,8 @@ static void ctl_sleep(const zcopy_ctl_t *ctl, int peer,
     atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);
 }
 
-/* Whether the next turn of @w sleeps: where it would yield, and this
- * rank's CPUs have two ranks or more each. */
+/* Whether the next turn of @w sleeps: where it would yield, on a crowded
+ * communicator (bells), and this rank's waits sleep (zcopy_wait_sleeps). */
 static bool ctl_sleeps(const zcopy_ctl_t *ctl, const zcopy_wait_t *w)
 {
     return ctl->bells != NULL && ctl->sleeps && w->yield &&

@@ -95,14 +95,14 @@ static_assert(sizeof(zcopy_ctl_slot_t) == 4 * ZCOPY_CACHE_LINE,
 #define ZCOPY_CTL_REASON_UNKNOWN 0xffu
 
 /* Where some rank's waits yield (the communicator is crowded), a rank
- * whose waits would yield and whose CPUs have two ranks or more each
- * (zcopy_wait_sleeps) sleeps, once it has waited a few turns for a peer,
- * on that peer's bell instead of yielding; a rank that stores what a peer
- * may wait for (an arrival, a record, a sync) rings its own bell when
- * someone sleeps on it. The kernel then runs the ranks that can go on at
- * once, where a yield leaves them to their turn in the scheduler's queue,
- * and wakes no rank whose peer has not moved. One line per rank, after
- * the slots. */
+ * whose waits would yield and sleep (zcopy_wait_sleeps: its CPUs have two
+ * ranks or more each, or coll_zcopy_sleep 1) sleeps, once it has waited a
+ * few turns for a peer, on that peer's bell instead of yielding; a rank
+ * that stores what a peer may wait for (an arrival, a record, a sync)
+ * rings its own bell when someone sleeps on it. The kernel then runs the
+ * ranks that can go on at once, where a yield leaves them to their turn in
+ * the scheduler's queue, and wakes no rank whose peer has not moved. One
+ * line per rank, after the slots. */
 typedef struct {
     _Atomic uint32_t ring;        /* futex word: bumped at every ring */
     _Atomic uint32_t sleepers;    /* ranks asleep, or about to be */
@@ -133,8 +133,8 @@ typedef struct zcopy_ctl {
                                      this collective */
     uint64_t syncs;               /* syncs passed in the current lifetime */
     bool yield;                   /* more local ranks than cores */
-    bool sleeps;                  /* at least twice as many: waits that
-                                     would yield sleep on a bell */
+    bool sleeps;                  /* zcopy_wait_sleeps: waits that would
+                                     yield sleep on a bell */
     bool crowded;                 /* some rank's waits yield: the same on
                                      every rank (agreed at set-up) */
     bool rooted_hand_over;        /* some rank's waits yield where small
