@@ -1291,14 +1291,15 @@ static int yield;
  * spans servers carry at most in all. */
 #define INLINE_CAPACITY 1072
 #define INLINE_YIELD_CAPACITY (256 * 1024)
-#define SPAN_PAYLOAD_MAX ((size_t)1 << 20)
+#define SPAN_PAYLOAD_MAX ((size_t)4 << 20)
 
 /* Whether a payload of @bytes per rank rides with the arrivals between
  * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
  * rank reads one block of n, reduce_scatter_block, scatter, alltoall,
- * unless leaders send each server only its ranks' blocks), and what every
- * sender's payload needs fits the plane's area (n payloads, or the root's
- * alone). */
+ * unless leaders send each server only its ranks' blocks; twice it for
+ * bcast, scatter and alltoall otherwise), and what every sender's payload
+ * needs fits the plane's area (n payloads of up to twice the parameter,
+ * or the root's alone). */
 static bool span_carries(const coll_case_t *c, size_t bytes,
                          bool blocks_split)
 {
@@ -1309,11 +1310,13 @@ static bool span_carries(const coll_case_t *c, size_t bytes,
     const bool blocks = strcmp(name, "reduce_scatter_block") == 0 ||
                         strcmp(name, "scatter") == 0 ||
                         strcmp(name, "alltoall") == 0;
+    const bool once = root_only || strcmp(name, "alltoall") == 0;
     const size_t limit = blocks && !blocks_split ? span_inline_max / 4
+                         : once                  ? 2 * span_inline_max
                                                  : span_inline_max;
-    size_t area = span_inline_max > SPAN_PAYLOAD_MAX / n
+    size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
-                      : (span_inline_max * n + 63) / 64 * 64;
+                      : (2 * span_inline_max * n + 63) / 64 * 64;
 
     /* Each sender's payload takes whole cache lines. */
     return bytes <= limit &&
@@ -1666,6 +1669,19 @@ static size_t span_window_count(const phase_t *ph, const type_desc_t *t)
     return 128 * KIB / t->extent / (size_t)ph->n;
 }
 
+/* bcast, scatter and alltoall carry up to twice
+ * coll_zcopy_span_inline_max where the others carry it once (span_carries):
+ * a count whose payload per rank, 384 KiB, lies between the two (with the
+ * suite's 256 KiB) tells them apart; gather and allgather, whose payload
+ * is a rank's input, get the same count. */
+static size_t span_twice_count(const phase_t *ph, int coll,
+                               const type_desc_t *t)
+{
+    const bool blocks = coll == C_SCATTER || coll == C_ALLTOALL;
+
+    return 384 * KIB / t->extent / (blocks ? (size_t)ph->n : 1);
+}
+
 static void run_reductions(phase_t *ph)
 {
     static const int reductions[] = { C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER,
@@ -1710,6 +1726,8 @@ static void run_movement(phase_t *ph)
             const size_t nsizes = !t->contiguous ? 3 : span ? 6 : 5;
             for (size_t k = 0; k < nsizes; k++)
                 sweep(ph, coll, t, NULL, counts[k]);
+            if (span && t->cls & T_INT32)
+                sweep(ph, coll, t, NULL, span_twice_count(ph, coll, t));
         }
     for (int k = 0; k < 3; k++)
         run_case(ph, C_BARRIER, NULL, NULL, 0, -1, false);

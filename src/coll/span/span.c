@@ -742,15 +742,26 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
     return zcopy_coll_fallback(zc, type, span_reason_text(reason));
 }
 
-/* Payload bytes per rank that may ride the arrival round. Where each rank
- * reads one block of every payload (alltoall, reduce_scatter_block,
- * scatter) and leaders cannot send each server only its ranks' blocks
- * (rounds in steps, or a message that would need more pieces than
- * plane.c allows), a server of h ranks receives n / h times what they
- * read, so such calls get a quarter of coll_zcopy_span_inline_max: on the
- * emulated cluster they ran up to 1.4x slower inline than through
- * transfers at 128-256 KiB, while the others ran 1.2-2x faster inline up
- * to 256 KiB (docs/parameters.md). */
+/* Payload bytes per rank that may ride the arrival round.
+ *
+ * Where each rank reads one block of every payload (alltoall,
+ * reduce_scatter_block, scatter) and leaders cannot send each server only
+ * its ranks' blocks (rounds in steps, or a message that would need more
+ * pieces than plane.c allows), a server of h ranks receives n / h times
+ * what they read, so such calls get a quarter of
+ * coll_zcopy_span_inline_max: on the emulated cluster they ran up to 1.4x
+ * slower inline than through transfers at 128-256 KiB, while the others
+ * ran 1.2-2x faster inline up to 256 KiB (docs/parameters.md).
+ *
+ * bcast, scatter and alltoall get twice the parameter otherwise: what
+ * crosses between servers is what the receivers keep (the root's payload,
+ * or each rank's own blocks), each output byte is copied out of the
+ * segment once and nothing is reduced there, while through transfers each
+ * rank asks for its data and waits for its sender's progress to serve it.
+ * From 256 to 512 KiB per rank they ran 1.1-1.6x faster inline on 2
+ * servers of 1 and of 2 ranks and on two virtual servers, where
+ * allreduce, reduce_scatter_block and allgather, which reduce or copy
+ * every rank's payload, ran up to 2x slower inline (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {
@@ -758,6 +769,8 @@ static size_t span_inline_limit(const zcopy_span_t *sp,
 
     if (zcopy_coll_payload_is_blocks(a->type) && !sp->blocks_split)
         return limit / 4;
+    if (zcopy_span_moves_payload_once(a->type))
+        return limit <= ZCOPY_SPAN_PAYLOAD_MAX ? 2 * limit : limit;
     return limit;
 }
 

@@ -46,8 +46,19 @@ static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
 
 /* The payloads of a small collective ride with the arrivals (the latency
  * path: one round, no transfer, no sync). Bytes of payload a plane holds
- * per arrival at most, whatever coll_zcopy_span_inline_max says. */
-#define ZCOPY_SPAN_PAYLOAD_MAX ((size_t)1 << 20)
+ * per arrival at most, whatever coll_zcopy_span_inline_max says: room for
+ * an alltoall of 512 KiB per rank on 8 ranks. Address space: the pages of
+ * a server's segment are made only where payloads land. */
+#define ZCOPY_SPAN_PAYLOAD_MAX ((size_t)4 << 20)
+
+/* Collectives whose payload may ride the arrival up to twice
+ * coll_zcopy_span_inline_max (span.c, span_inline_limit): each rank keeps
+ * all it reads of the payloads, and reduces nothing. */
+static inline bool zcopy_span_moves_payload_once(zcopy_coll_type_t type)
+{
+    return type == ZCOPY_COLL_BCAST || type == ZCOPY_COLL_SCATTER ||
+           type == ZCOPY_COLL_ALLTOALL;
+}
 
 /* Which ranks of a collective send a payload with their arrival, and how
  * much each: all of them, or only the root (bcast, scatter). */
