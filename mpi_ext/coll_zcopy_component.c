@@ -252,10 +252,11 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->one_per_server_min);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
-        "at most this many bytes per rank (and 1 MiB for all ranks "
-        "together; a quarter of it for alltoall, reduce_scatter_block and "
-        "scatter where leaders cannot send each server only its ranks' "
-        "blocks) ride with the arrival, one round between the servers' "
+        "at most this many bytes per rank (twice it for bcast, scatter "
+        "and alltoall, and 4 MiB for all ranks together; a quarter of it "
+        "for alltoall, reduce_scatter_block and scatter where leaders "
+        "cannot send each server only its ranks' blocks) ride with the "
+        "arrival, one round between the servers' "
         "leaders instead of UCX transfers and syncs: a copy in and out. 0 "
         "never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
