@@ -49,9 +49,11 @@ typedef struct {
                                  to which this communicator's collectives
                                  travel inside the control plane (between
                                  servers, within its payload area too,
-                                 and a quarter of it for alltoall,
-                                 reduce_scatter_block and scatter where
-                                 leaders send whole payloads);
+                                 twice it for bcast, scatter and
+                                 alltoall, and a quarter of it for
+                                 alltoall, reduce_scatter_block and
+                                 scatter where leaders send whole
+                                 payloads);
                                  0 before its first collective, and where
                                  zero-copy is off */
     uint64_t p2p_bytes;       /* bytes this rank read from other servers

@@ -253,7 +253,8 @@ static int zcopy_register(void)
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (twice it for bcast, scatter "
-        "and alltoall, and 4 MiB for all ranks together; a quarter of it "
+        "and alltoall, and 1 MiB for all ranks together, 4 MiB for those "
+        "three; a quarter of it "
         "for alltoall, reduce_scatter_block and scatter where leaders "
         "cannot send each server only its ranks' blocks) ride with the "
         "arrival, one round between the servers' "
@@ -494,9 +495,9 @@ int mca_coll_zcopy_register_pvars(void)
         { "ucx_bytes", "Bytes this rank moved through UCX on this "
           "communicator", PVAR_UCX_BYTES },
         { "inline_calls", "Of the zero-copy collectives, those whose payload "
-          "(at most coll_zcopy_inline_max bytes per rank, "
-          "coll_zcopy_span_inline_max between servers) travelled inside the "
-          "control plane", PVAR_INLINE_CALLS },
+          "(at most coll_zcopy_inline_max bytes per rank; between servers "
+          "coll_zcopy_span_inline_max, twice it for bcast, scatter and "
+          "alltoall) travelled inside the control plane", PVAR_INLINE_CALLS },
         { "ctl_msgs", "Control messages this rank sent in collectives on "
           "this communicator: a record in shared memory counts once, what "
           "goes to another server once per rank it reaches", PVAR_CTL_MSGS },

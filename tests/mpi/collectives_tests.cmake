@@ -45,7 +45,7 @@ foreach(fetch get send pml)
                          coll_zcopy_ucx_fetch=${fetch} LABELS span)
 endforeach()
 # Scale by simulation: 16 ranks on 8 virtual servers of 2 (oversubscribed
-# on 2 cores, so correctness only; about 110 s here).
+# on 2 cores, so correctness only; 60-110 s here, alone).
 zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16
                    TARGET test_collectives NP 16 ARGS activated span
                    MCA coll_zcopy_virtual_servers=8 LABELS span scale)

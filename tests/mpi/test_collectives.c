@@ -1292,6 +1292,7 @@ static int yield;
 #define INLINE_CAPACITY 1072
 #define INLINE_YIELD_CAPACITY (256 * 1024)
 #define SPAN_PAYLOAD_MAX ((size_t)4 << 20)
+#define SPAN_PAYLOAD_ALL_MAX ((size_t)1 << 20)
 
 /* Whether a payload of @bytes per rank rides with the arrivals between
  * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
@@ -1299,7 +1300,7 @@ static int yield;
  * unless leaders send each server only its ranks' blocks; twice it for
  * bcast, scatter and alltoall otherwise), and what every sender's payload
  * needs fits the plane's area (n payloads of up to twice the parameter,
- * or the root's alone). */
+ * or the root's alone; for the collectives not doubled, within 1 MiB). */
 static bool span_carries(const coll_case_t *c, size_t bytes,
                          bool blocks_split)
 {
@@ -1317,6 +1318,9 @@ static bool span_carries(const coll_case_t *c, size_t bytes,
     size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
                       : (2 * span_inline_max * n + 63) / 64 * 64;
+
+    if (!once && area > SPAN_PAYLOAD_ALL_MAX)
+        area = SPAN_PAYLOAD_ALL_MAX;
 
     /* Each sender's payload takes whole cache lines. */
     return bytes <= limit &&
@@ -1661,7 +1665,7 @@ static bool large_ok(const op_desc_t *op, const type_desc_t *t)
 /* Between servers, alltoall, reduce_scatter_block and scatter carry a
  * payload of n blocks with the arrival up to a quarter of
  * coll_zcopy_span_inline_max where leaders send other servers whole
- * payloads, and up to all of it where they send each server only its
+ * payloads, and at least all of it where they send each server only its
  * ranks' blocks (span_carries): a count whose payload per rank, 128 KiB,
  * lies between the two (with the suite's 256 KiB) tells them apart. */
 static size_t span_window_count(const phase_t *ph, const type_desc_t *t)
@@ -1672,8 +1676,11 @@ static size_t span_window_count(const phase_t *ph, const type_desc_t *t)
 /* bcast, scatter and alltoall carry up to twice
  * coll_zcopy_span_inline_max where the others carry it once (span_carries):
  * a count whose payload per rank, 384 KiB, lies between the two (with the
- * suite's 256 KiB) tells them apart; gather and allgather, whose payload
- * is a rank's input, get the same count. */
+ * suite's 256 KiB) tells them apart, where the area holds it (up to 8
+ * ranks for alltoall) and blocks are split (not where leaders pass rounds
+ * in steps, which keeps scatter and alltoall at a quarter). gather and
+ * allgather, whose payload is a rank's input, get the same count, and
+ * the v-forms, which never ride the arrival, 384 KiB per block. */
 static size_t span_twice_count(const phase_t *ph, int coll,
                                const type_desc_t *t)
 {
@@ -1804,7 +1811,8 @@ static bool a_server_holds_several(void)
 /* Whether the leaders of a communicator of WORLD ranks @wranks[n] send
  * each server only the blocks its ranks read of alltoall,
  * reduce_scatter_block and scatter payloads (src/coll/span/plane.c), so
- * that those ride the arrival up to the whole coll_zcopy_span_inline_max:
+ * that those ride the arrival up to the whole coll_zcopy_span_inline_max
+ * (twice it for scatter and alltoall):
  * not where rounds go in steps (from coll_zcopy_span_dissemination_min
  * servers), nor where a message would take more than 256 pieces (1 + the
  * largest server's ranks times the most runs of consecutive ranks of the

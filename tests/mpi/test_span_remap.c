@@ -7,7 +7,8 @@
  * Each cycle maps FRESH physical memory at the SAME address, fills it with
  * that cycle's data, activates it, and runs on MPI_COMM_WORLD:
  *   allreduce of 1 MiB of doubles (sum), allgather of 512 KiB per rank,
- *   bcast of 512 KiB from a root that rotates with the cycle;
+ *   bcast of 1 MiB from a root that rotates with the cycle (sizes above
+ *   what rides the arrival between servers, so that UCX moves them);
  * then deactivates, unmaps and frees it. A peer that keeps using what it
  * learnt of the previous activation at that address (a stale remote key, a
  * registration of freed pages) reads the previous cycle's data, or none:
@@ -31,7 +32,7 @@
 #define CYCLES 20
 #define AR_COUNT ((size_t)(1u << 20) / sizeof(double)) /* 1 MiB of doubles */
 #define AG_COUNT ((size_t)(512u << 10) / sizeof(int))  /* 512 KiB per rank */
-#define BC_COUNT ((size_t)(512u << 10) / sizeof(int))  /* 512 KiB */
+#define BC_COUNT ((size_t)(1u << 20) / sizeof(int))    /* 1 MiB */
 
 enum { ALLREDUCE, ALLGATHER, BCAST, NCOLL };
 static const char *const coll_names[NCOLL] = { "allreduce", "allgather",

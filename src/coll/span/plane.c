@@ -168,14 +168,13 @@ static uint64_t plane_tag(const zcopy_span_t *sp, int to_group, int from_group,
            (round & ((UINT64_C(1) << PLANE_ROUND_BITS) - 1));
 }
 
-/* Bytes of payload area: the most a rank's payload may be (twice
- * coll_zcopy_span_inline_max, for alltoall: span.c) for every rank, within
+/* Bytes of payload area: the most a rank's payload may be (that of an
+ * alltoall: zcopy_span_payload_rank_max) for every rank, within
  * ZCOPY_SPAN_PAYLOAD_MAX; whole lines. The same on every rank (the
  * parameter is agreed at set-up). */
 static size_t plane_payload_size(int nranks)
 {
-    const size_t limit = zcopy_config.span_inline_max;
-    const size_t each = limit <= ZCOPY_SPAN_PAYLOAD_MAX ? 2 * limit : limit;
+    const size_t each = zcopy_span_payload_rank_max();
     const size_t n = (size_t)nranks;
 
     if (each > ZCOPY_SPAN_PAYLOAD_MAX / n)

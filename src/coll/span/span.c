@@ -753,15 +753,17 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
  * slower inline than through transfers at 128-256 KiB, while the others
  * ran 1.2-2x faster inline up to 256 KiB (docs/parameters.md).
  *
- * bcast, scatter and alltoall get twice the parameter otherwise: what
- * crosses between servers is what the receivers keep (the root's payload,
- * or each rank's own blocks), each output byte is copied out of the
- * segment once and nothing is reduced there, while through transfers each
- * rank asks for its data and waits for its sender's progress to serve it.
- * From 256 to 512 KiB per rank they ran 1.1-1.6x faster inline on 2
- * servers of 1 and of 2 ranks and on two virtual servers, where
- * allreduce, reduce_scatter_block and allgather, which reduce or copy
- * every rank's payload, ran up to 2x slower inline (docs/parameters.md). */
+ * bcast, scatter and alltoall get twice the parameter otherwise, and the
+ * whole payload area, where the others keep ZCOPY_SPAN_PAYLOAD_ALL_MAX in
+ * all (span_inline_room): each of their ranks reads at most one payload's
+ * worth of the arrival and reduces nothing, so what crosses between
+ * servers is what the receivers keep, copied out of the segment once,
+ * while through transfers each rank asks for its part and waits for its
+ * sender's progress to serve it. At 512 KiB per rank they ran 1.0-1.6x
+ * faster inline on 2 servers of 1 and of 2 ranks and on two virtual
+ * servers, where allreduce, reduce_scatter_block and allgather, whose
+ * ranks reduce or read every payload, ran up to 2x slower inline
+ * (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {
@@ -769,9 +771,16 @@ static size_t span_inline_limit(const zcopy_span_t *sp,
 
     if (zcopy_coll_payload_is_blocks(a->type) && !sp->blocks_split)
         return limit / 4;
-    if (zcopy_span_moves_payload_once(a->type))
-        return limit <= ZCOPY_SPAN_PAYLOAD_MAX ? 2 * limit : limit;
+    if (zcopy_span_reads_one_payload(a->type))
+        return zcopy_span_payload_rank_max();
     return limit;
+}
+
+/* Bytes of payload one arrival of @a may carry in all (span_inline_limit). */
+static size_t span_inline_room(const zcopy_coll_args_t *a)
+{
+    return zcopy_span_reads_one_payload(a->type) ? ZCOPY_SPAN_PAYLOAD_MAX
+                                                 : ZCOPY_SPAN_PAYLOAD_ALL_MAX;
 }
 
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
@@ -804,7 +813,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
         pl.root = a->root;
     pl.len = inline_total;
-    if (!zcopy_span_payload_fits(sp, &pl))
+    if (!zcopy_span_payload_fits(sp, &pl, span_inline_room(a)))
         inline_total = pl.len = 0;
     /* Each rank reads one block of these payloads: where blocks are
      * split, leaders send each server only its ranks' (plane.c). */

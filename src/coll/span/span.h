@@ -46,18 +46,34 @@ static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
 
 /* The payloads of a small collective ride with the arrivals (the latency
  * path: one round, no transfer, no sync). Bytes of payload a plane holds
- * per arrival at most, whatever coll_zcopy_span_inline_max says: room for
- * an alltoall of 512 KiB per rank on 8 ranks. Address space: the pages of
- * a server's segment are made only where payloads land. */
+ * per arrival at most, whatever coll_zcopy_span_inline_max says: an
+ * alltoall of twice the parameter's default per rank on up to 8 ranks.
+ * Address space: the pages of a server's segment are made only where
+ * payloads land. */
 #define ZCOPY_SPAN_PAYLOAD_MAX ((size_t)4 << 20)
+/* The same bound for the payloads of the other collectives, whose every
+ * rank reads every payload or reduces (span.c, span_inline_limit): what
+ * the area held before it grew for the others, and what was measured. */
+#define ZCOPY_SPAN_PAYLOAD_ALL_MAX ((size_t)1 << 20)
 
-/* Collectives whose payload may ride the arrival up to twice
- * coll_zcopy_span_inline_max (span.c, span_inline_limit): each rank keeps
- * all it reads of the payloads, and reduces nothing. */
-static inline bool zcopy_span_moves_payload_once(zcopy_coll_type_t type)
+/* Collectives whose every rank reads at most one payload's worth of an
+ * arrival and reduces nothing: the root's payload (bcast), a block of it
+ * (scatter), a block of each (alltoall). They may carry twice
+ * coll_zcopy_span_inline_max (span.c, span_inline_limit). */
+static inline bool zcopy_span_reads_one_payload(zcopy_coll_type_t type)
 {
     return type == ZCOPY_COLL_BCAST || type == ZCOPY_COLL_SCATTER ||
            type == ZCOPY_COLL_ALLTOALL;
+}
+
+/* Twice coll_zcopy_span_inline_max: the most a rank's payload may be.
+ * Where twice would not fit any area anyway, the parameter itself, which
+ * cannot overflow and decides the same (the area binds first). */
+static inline size_t zcopy_span_payload_rank_max(void)
+{
+    const size_t limit = zcopy_config.span_inline_max;
+
+    return limit <= ZCOPY_SPAN_PAYLOAD_MAX ? 2 * limit : limit;
 }
 
 /* Which ranks of a collective send a payload with their arrival, and how
@@ -235,13 +251,16 @@ static inline size_t zcopy_span_slot(size_t len)
     return zcopy_align_up(len, ZCOPY_CACHE_LINE);
 }
 
-/* Whether payloads of @pl fit one arrival of @sp. */
+/* Whether payloads of @pl fit one arrival of @sp, within @most bytes in
+ * all. */
 static inline bool zcopy_span_payload_fits(const zcopy_span_t *sp,
-                                           const zcopy_span_payload_t *pl)
+                                           const zcopy_span_payload_t *pl,
+                                           size_t most)
 {
     const size_t senders = pl->root >= 0 ? 1 : (size_t)sp->nranks;
+    const size_t room = sp->payload_size < most ? sp->payload_size : most;
 
-    return zcopy_span_slot(pl->len) <= sp->payload_size / senders;
+    return zcopy_span_slot(pl->len) <= room / senders;
 }
 
 /* The last arrival lies in its area group after group, each group's part
