@@ -1,6 +1,7 @@
 """Random collectives under mpirun, every result checked against numpy.
 
     mpirun -np N python3 test_fuzz.py calls SEED ITERS
+    mpirun -np N python3 test_fuzz.py threads SEED ITERS
     mpirun -np N python3 test_fuzz.py types SEED ITERS
 
 Every rank seeds the same generator, so every rank draws the same calls
@@ -21,14 +22,23 @@ type of 4, or a strided vector resized over its gaps, which is not
 contiguous): those that all see contiguous data take zero-copy, the
 others fall back together. Checks results and the gaps.
 
+threads: calls from two threads at once (MPI_THREAD_MULTIPLE), each on
+communicators of its own (a dup of WORLD and four made from it) and its
+own half of the arena.
+
 Both modes also require that some calls ran zero-copy and some fell back,
 so that the agreement between them was exercised. Exit status 1 on any
 failure.
 """
 import sys
+import threading
 
 import numpy as np
-from mpi4py import MPI
+import mpi4py
+
+if sys.argv[1] == "threads":
+    mpi4py.rc.thread_level = "multiple"
+from mpi4py import MPI  # noqa: E402 (after the thread level)
 
 import zcopy
 
@@ -40,6 +50,7 @@ ARENA = 40 << 20
 arena = zcopy.empty(ARENA, np.uint8)
 SENTINEL = 99
 failures = 0
+failures_lock = threading.Lock()
 
 MPI_TYPES = {"int8": MPI.INT8_T, "uint16": MPI.UINT16_T,
              "int32": MPI.INT32_T, "int64": MPI.INT64_T,
@@ -52,27 +63,31 @@ OPS = {"sum": (MPI.SUM, np.add), "max": (MPI.MAX, np.maximum),
 
 def fail(it, what):
     global failures
-    failures += 1
-    if failures <= 20:
+    with failures_lock:
+        failures += 1
+        many = failures > 20
+    if not many:
         print("FAILED [rank %d] call %d: %s" % (wrank, it, what),
               file=sys.stderr, flush=True)
 
 
 class Carver:
-    """Buffers one after another in the arena, at random gaps (whole
-    elements of 8 bytes), or plain numpy memory."""
+    """Buffers one after another in [base, base + size) of the arena, at
+    random gaps (whole elements of 8 bytes), or plain numpy memory."""
 
-    def __init__(self, rng):
+    def __init__(self, rng, base=0, size=ARENA):
         self.rng = rng
+        self.base, self.size = base, size
         self.at = int(rng.integers(0, 64)) * 8
 
     def take(self, n, dt, plain):
         nbytes = n * np.dtype(dt).itemsize
         if plain:
             return np.empty(n, dt)
-        if self.at + nbytes > ARENA:
+        if self.at + nbytes > self.size:
             self.at = 0
-        view = arena[self.at:self.at + nbytes].view(dt)
+        view = arena[self.base + self.at:
+                     self.base + self.at + nbytes].view(dt)
         self.at += nbytes + int(self.rng.integers(0, 8)) * 64 + 8
         self.at = (self.at + 7) // 8 * 8
         return view
@@ -282,10 +297,13 @@ def run_exchange(it, comm, coll, dt, mt, count, vseed, inplace, car, plain,
         fail(it, tag + ": wrong result")
 
 
-def run_calls():
-    comms = [world, world.Dup(), world.Split(wrank % 2, wrank),
-             world.Split(0, -wrank),
-             world.Split(MPI.UNDEFINED if wrank == 0 else 1, wrank)]
+def comms_from(comm):
+    r = comm.Get_rank()
+    return [comm, comm.Dup(), comm.Split(r % 2, r), comm.Split(0, -r),
+            comm.Split(MPI.UNDEFINED if r == 0 else 1, r)]
+
+
+def run_calls(comms, draw, base=0, size=ARENA):
     dtypes = list(MPI_TYPES)
     colls = ["allreduce", "reduce", "reduce_scatter_block", "reduce_scatter",
              "allgather", "allgatherv", "gather", "gatherv", "bcast",
@@ -311,7 +329,7 @@ def run_calls():
         root = rootdraw % n
         vrng = np.random.default_rng(vseed)
         vcounts = [int(x) for x in vrng.integers(0, count + 1, n)]
-        car = Carver(np.random.default_rng(seed * 7919 + it))
+        car = Carver(np.random.default_rng(seed * 7919 + it), base, size)
         mt = MPI_TYPES[dname]
         tag = "%s n=%d count=%d %s %s in_place=%s comm=%d root=%d" % (
             coll, n, count, dname, opname, inplace, ci, root)
@@ -432,7 +450,33 @@ def run_types():
     return [world]
 
 
-comms = run_calls() if mode == "calls" else run_types()
+def run_threads():
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        fail(-1, "MPI_THREAD_MULTIPLE not provided")
+        return [world]
+    sets = [comms_from(world.Dup()) for _ in range(2)]
+
+    def body(k):
+        try:
+            run_calls(sets[k], np.random.default_rng(seed + 1000 * (k + 1)),
+                      k * (ARENA // 2), ARENA // 2)
+        except Exception as e:  # noqa: BLE001 (reported as a failure)
+            fail(-1, "thread %d: %r" % (k, e))
+
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [c for cs in sets for c in cs if c != MPI.COMM_NULL]
+
+
+if mode == "calls":
+    comms = run_calls(comms_from(world), draw)
+elif mode == "threads":
+    comms = run_threads()
+else:
+    comms = run_types()
 zcopy_calls = sum(zcopy.stats(c)["zcopy_calls"] for c in comms)
 fallbacks = sum(zcopy.stats(c)["fallback_calls"] for c in comms)
 total_failures = world.allreduce(failures)
