@@ -253,13 +253,12 @@ static int zcopy_register(void)
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (twice it for bcast, scatter "
-        "and alltoall, and 1 MiB for all ranks together, 4 MiB for those "
-        "three; a quarter of it "
-        "for alltoall, reduce_scatter_block and scatter where leaders "
-        "cannot send each server only its ranks' blocks) ride with the "
-        "arrival, one round between the servers' "
-        "leaders instead of UCX transfers and syncs: a copy in and out. 0 "
-        "never does",
+        "and alltoall; a quarter of it for alltoall, reduce_scatter_block "
+        "and scatter where leaders cannot send each server only its "
+        "ranks' blocks) and at most 1 MiB for all ranks together (4 MiB "
+        "for bcast, scatter and alltoall) ride with the arrival, one round "
+        "between the servers' leaders instead of UCX transfers and syncs: "
+        "a copy in and out. 0 never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
     zcopy_register_int("span_dissemination_min",
         "On communicators that span at least this many servers, the "
