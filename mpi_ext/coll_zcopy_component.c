@@ -56,6 +56,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .wait_report = 60,
     .peer_access = ZCOPY_IPC_ACCESS_AUTO,
     .ucx_max_requests = 128,
+    .ucx_p2p_min = 4194304,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -149,7 +150,8 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         "MPI's point-to-point engine (the PML and its BTLs) into the "
         "reader's buffer; auto is get where UCX reaches the peer over "
         "InfiniBand or RoCE (rc, dc), else send, measured 3.4x faster "
-        "over tcp",
+        "over tcp, and pml for reads of at least coll_zcopy_ucx_p2p_min "
+        "bytes",
         &c->ucx_fetch);
 }
 
@@ -293,6 +295,13 @@ static int zcopy_register(void)
         "at once (a transfer larger than the bound waits for none in "
         "flight); 0 or less sets no bound",
         OPAL_INFO_LVL_9, &c->ucx_max_requests);
+    zcopy_register_ulong("ucx_p2p_min",
+        "Bytes of one read from a peer on another server from which "
+        "coll_zcopy_ucx_fetch auto has the peer answer through Open MPI's "
+        "point-to-point engine (as pml does) instead of UCX's tagged send, "
+        "where UCX's get is emulated (tcp, shared memory), except reads "
+        "from the root of a bcast or scatter; 0 never does",
+        OPAL_INFO_LVL_6, &c->ucx_p2p_min);
     zcopy_register_transport(c);
     zcopy_register_ucx_fetch(c);
     zcopy_register_peer_access(c);
@@ -315,6 +324,7 @@ static int zcopy_register(void)
     zcopy_config.sleep_mode = c->sleep >= 0 && c->sleep <= 2 ? c->sleep : 0;
     zcopy_config.transport = c->transport;
     zcopy_config.ucx_fetch = c->ucx_fetch;
+    zcopy_config.ucx_p2p_min = c->ucx_p2p_min;
     zcopy_config.ucx_max_requests =
         c->ucx_max_requests > 0 ? (unsigned)c->ucx_max_requests : 0;
     zcopy_config.peer_access = c->peer_access;

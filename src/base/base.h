@@ -89,6 +89,9 @@ typedef struct {
                                   sleep, 2 never sleep */
     int transport;             /* zcopy_transport_t: how peers are reached */
     int ucx_fetch;             /* zcopy_ucx_fetch_t: how UCX reads a peer */
+    size_t ucx_p2p_min;        /* bytes of one read from which fetch auto
+                                  asks for the job's point-to-point engine
+                                  where UCX's get is emulated (0: never) */
     unsigned ucx_max_requests; /* UCX requests one rank keeps in flight in a
                                   collective's transfers (0: no bound) */
     int wait_report_s;         /* report a peer awaited this long (0: never) */
@@ -112,7 +115,8 @@ typedef enum {
  * send: the target sends it with a tagged send on request (ucx/serve.c);
  * pml: the same request, answered through the job's point-to-point engine
  * (the host's hooks); auto: get where the network does it (rc, dc), else
- * send, which measured 3.4x faster over tcp (src/ucx/README.md). */
+ * send, which measured 3.4x faster over tcp, and pml for reads of at least
+ * ucx_p2p_min bytes (src/ucx/README.md). */
 typedef enum {
     ZCOPY_UCX_FETCH_AUTO,
     ZCOPY_UCX_FETCH_GET,

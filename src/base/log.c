@@ -20,6 +20,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .yield_mode = 0,
     .sleep_mode = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
+    .ucx_p2p_min = 4194304,
     .ucx_max_requests = 128,
 };
 

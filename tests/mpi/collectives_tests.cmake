@@ -44,6 +44,16 @@ foreach(fetch get send pml)
                          coll_zcopy_span_inline_max=0
                          coll_zcopy_ucx_fetch=${fetch} LABELS span)
 endforeach()
+# auto answers large reads through the point-to-point engine
+# (coll_zcopy_ucx_p2p_min; 4 MiB by default, beyond every read of the
+# test): at 64 KiB every phase that moves data between servers reads some
+# through it, checked by span-p2p, while the other spanning tests, under
+# the default, check that none of their smaller reads does.
+zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.p2p_min.np4
+                   TARGET test_collectives NP 4 ARGS activated span-p2p
+                   MCA coll_zcopy_virtual_servers=2
+                       coll_zcopy_span_inline_max=0
+                       coll_zcopy_ucx_p2p_min=65536 LABELS span)
 # Scale by simulation: 16 ranks on 8 virtual servers of 2 (oversubscribed
 # on 2 cores, so correctness only; 60-110 s here, alone).
 zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16

@@ -33,8 +33,10 @@
  *     the WORLD and dup phases, every collective that ran zero-copy with
  *     data to move must have counted ucx_bytes or p2p_bytes (summed over
  *     its calls and all ranks). `span-p2p` instead of `span` says the job
- *     runs under pml: each spanning phase that moved data between servers
- *     must have moved some through that engine; under `span`, none.
+ *     runs under pml, or under auto with coll_zcopy_ucx_p2p_min below its
+ *     largest reads: each spanning phase that moved data between servers
+ *     must have moved some through that engine; under `span`, none (every
+ *     read here is below the parameter's default).
  *   - data inside a server moves through mappings: when a server holds
  *     several ranks (by host name, cut into coll_zcopy_virtual_servers
  *     blocks), WORLD's collectives must have counted ipc_bytes too, unless
@@ -1547,8 +1549,9 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
                      ph->name, ph->n, colls[k].name, calls[k]);
 }
 
-/* With "span-p2p" (coll_zcopy_ucx_fetch pml), reads between servers go
- * through the point-to-point engine: a spanning phase that moved data
+/* With "span-p2p" (coll_zcopy_ucx_fetch pml, or a low
+ * coll_zcopy_ucx_p2p_min), reads between servers go through the
+ * point-to-point engine: a spanning phase that moved data
  * between servers moved some that way (puts stay UCX's, and a phase may
  * move its data by puts alone only if it has no read: none here). */
 static void check_p2p_phase(const phase_t *ph)
@@ -1569,8 +1572,8 @@ static void check_p2p_phase(const phase_t *ph)
                  "(p2p_bytes)", ph->name, ph->n, all);
     else
         ZT_CHECK(p2p == 0, "phase %s (n=%d): %" PRIu64 " p2p_bytes, though "
-                 "the point-to-point engine was not asked for", ph->name,
-                 ph->n, p2p);
+                 "no read asked for the point-to-point engine (pml, or "
+                 "coll_zcopy_ucx_p2p_min)", ph->name, ph->n, p2p);
 }
 
 /* Per call, over all ranks: a zero-copy call that had data to move between

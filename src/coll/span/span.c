@@ -381,13 +381,32 @@ static bool span_fetch_by_get(zcopy_ucx_ep_t *ep)
     return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_GET;
 }
 
-/* coll_zcopy_ucx_fetch pml, where the host has a point-to-point engine and
- * the read fits one of its messages (an int count of bytes). */
-static bool span_fetch_by_p2p(size_t len)
+/* A bcast's or scatter's root answers every reader of its server's
+ * peers: there the point-to-point engine's rendezvous waits for the
+ * root's progress twice, where one tagged send needs it once (src/ucx/
+ * README.md, "The job's point-to-point engine"). */
+static bool span_reads_from_root(const zcopy_span_algo_t *sa)
 {
-    return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_PML &&
-           zcopy_host.p2p_irecv != NULL && zcopy_host.comm_cid != NULL &&
-           len <= INT_MAX;
+    return sa->a->type == ZCOPY_COLL_BCAST || sa->a->type == ZCOPY_COLL_SCATTER ||
+           sa->a->type == ZCOPY_COLL_SCATTERV;
+}
+
+/* Whether a read of @len bytes is answered through the job's point-to-
+ * point engine: where the host has one and the read fits one of its
+ * messages (an int count of bytes), always under coll_zcopy_ucx_fetch
+ * pml; under auto from coll_zcopy_ucx_p2p_min, where UCX's get is
+ * emulated, for large reads from ranks that serve few. */
+static bool span_fetch_by_p2p(const zcopy_span_algo_t *sa,
+                              zcopy_ucx_ep_t *ep, size_t len)
+{
+    if (zcopy_host.p2p_irecv == NULL || zcopy_host.comm_cid == NULL ||
+        len > INT_MAX)
+        return false;
+    if (zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_PML)
+        return true;
+    return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_AUTO &&
+           zcopy_config.ucx_p2p_min > 0 && len >= zcopy_config.ucx_p2p_min &&
+           !span_reads_from_root(sa) && !zcopy_ucx_ep_rma_native(ep);
 }
 
 /* A read answered through the job's point-to-point engine: the receive
@@ -513,7 +532,7 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
         span_copy_mapped(sa, r, addr, len, dst, false);
         return;
     }
-    if (span_fetch_by_p2p(len)) {
+    if (span_fetch_by_p2p(sa, ep, len)) {
         span_read_p2p(sa, r, addr, len, dst);
         return;
     }
