@@ -58,7 +58,9 @@ typedef struct {
                                  zero-copy is off */
     uint64_t p2p_bytes;       /* bytes this rank read from other servers
                                  through Open MPI's point-to-point engine
-                                 (coll_zcopy_ucx_fetch pml) */
+                                 (coll_zcopy_ucx_fetch pml, and reads of
+                                 coll_zcopy_ucx_p2p_min or more under
+                                 auto) */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
 
 int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,

@@ -151,7 +151,8 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         "reader's buffer; auto is get where UCX reaches the peer over "
         "InfiniBand or RoCE (rc, dc), else send, measured 3.4x faster "
         "over tcp, and pml for reads of at least coll_zcopy_ucx_p2p_min "
-        "bytes",
+        "bytes (except from a bcast's or scatter's root, and under "
+        "MPI_THREAD_MULTIPLE)",
         &c->ucx_fetch);
 }
 
@@ -300,7 +301,9 @@ static int zcopy_register(void)
         "coll_zcopy_ucx_fetch auto has the peer answer through Open MPI's "
         "point-to-point engine (as pml does) instead of UCX's tagged send, "
         "where UCX's get is emulated (tcp, shared memory), except reads "
-        "from the root of a bcast or scatter; 0 never does",
+        "from the root of a bcast or scatter, under MPI_THREAD_MULTIPLE, "
+        "and on a communicator where such a read's request was lost; 0 "
+        "never does",
         OPAL_INFO_LVL_6, &c->ucx_p2p_min);
     zcopy_register_transport(c);
     zcopy_register_ucx_fetch(c);
@@ -421,11 +424,12 @@ void mca_coll_zcopy_want_progress(void)
     }
 }
 
+/* Open MPI passes whether MPI_THREAD_MULTIPLE was granted. */
 static int zcopy_init_query(bool enable_progress_threads,
                             bool enable_mpi_threads)
 {
     (void)enable_progress_threads;
-    (void)enable_mpi_threads;
+    zcopy_config.mpi_threads = enable_mpi_threads;
     return OMPI_SUCCESS;
 }
 
@@ -513,7 +517,8 @@ int mca_coll_zcopy_register_pvars(void)
         { "ctl_bytes", "Bytes of those control messages", PVAR_CTL_BYTES },
         { "p2p_bytes", "Bytes this rank read from other servers through "
           "Open MPI's point-to-point engine on this communicator "
-          "(coll_zcopy_ucx_fetch pml)", PVAR_P2P_BYTES },
+          "(coll_zcopy_ucx_fetch pml, and reads of at least "
+          "coll_zcopy_ucx_p2p_min under auto)", PVAR_P2P_BYTES },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

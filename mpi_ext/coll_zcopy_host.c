@@ -23,8 +23,11 @@
 /* The tag of the spanning collectives' transfers through the PML: a
  * blocking collective's, which no other message on the communicator can
  * carry meanwhile (one blocking collective at a time runs on a
- * communicator, and a finished one has matched all of its messages);
- * zcopy never takes alltoallw, so nothing of its own shares it either. */
+ * communicator, and a finished one has matched all of its messages, but
+ * for the answer to a request reported lost that arrived all the same:
+ * coll_zcopy_ucx_fetch auto then stops using this engine on the
+ * communicator); zcopy never takes alltoallw, so nothing of its own
+ * shares it either. */
 #define ZCOPY_P2P_TAG MCA_COLL_BASE_TAG_ALLTOALLW
 
 _Static_assert(sizeof(MPI_Fint) == sizeof(int),

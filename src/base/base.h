@@ -92,6 +92,8 @@ typedef struct {
     size_t ucx_p2p_min;        /* bytes of one read from which fetch auto
                                   asks for the job's point-to-point engine
                                   where UCX's get is emulated (0: never) */
+    bool mpi_threads;          /* the job may call MPI from several threads
+                                  at once (MPI_THREAD_MULTIPLE) */
     unsigned ucx_max_requests; /* UCX requests one rank keeps in flight in a
                                   collective's transfers (0: no bound) */
     int wait_report_s;         /* report a peer awaited this long (0: never) */
@@ -116,7 +118,8 @@ typedef enum {
  * pml: the same request, answered through the job's point-to-point engine
  * (the host's hooks); auto: get where the network does it (rc, dc), else
  * send, which measured 3.4x faster over tcp, and pml for reads of at least
- * ucx_p2p_min bytes (src/ucx/README.md). */
+ * ucx_p2p_min bytes except from a bcast's or scatter's root
+ * (src/ucx/README.md). */
 typedef enum {
     ZCOPY_UCX_FETCH_AUTO,
     ZCOPY_UCX_FETCH_GET,

@@ -38,9 +38,10 @@ typedef struct {
     bool (*predefined)(MPI_Datatype type, MPI_Op op);
     zcopy_progress_hooks_t loop;  /* progress.h */
     /* The job's point-to-point engine, one of the ways the spanning
-     * collectives move data between servers (coll_zcopy_ucx_fetch pml):
-     * @len bytes to or from rank @peer of the communicator whose context
-     * id is @cid, under a tag of the component's. 0 and a request, or the
+     * collectives move data between servers (coll_zcopy_ucx_fetch pml,
+     * and auto's large reads): @len bytes to or from rank @peer of the
+     * communicator whose context id is @cid, under a tag of the
+     * component's. 0 and a request, or the
      * engine's own nonzero error code. A send given no @req is freed at
      * once and completes on its own (as MPI_Request_free lets it). NULL
      * where there is none (the defaults). */

@@ -18,8 +18,9 @@
  * receive.
  *
  * A read may also ask for its answer through the job's point-to-point
- * engine (the host's hooks, coll_zcopy_ucx_fetch pml): the request names
- * the communicator and the reader's rank in it, and the target sends
+ * engine (the host's hooks: coll_zcopy_ucx_fetch pml, or auto's large
+ * reads): the request names the communicator and the reader's rank in
+ * it, and the target sends
  * with the host's send, whose completion it checks in the same progress
  * calls; a refusal is an empty message there too. Those answers share one
  * tag, so the reader's receives from a target match them in the order it

@@ -250,9 +250,10 @@ zcopy_status_t zcopy_ucx_read(zcopy_ucx_ep_t *ep, void *local, uint64_t remote,
                               zcopy_ucx_comp_t *comp);
 
 /* The request half of a read whose answer comes through the job's
- * point-to-point engine (coll_zcopy_ucx_fetch pml): asks @ep's peer to send
- * [@remote, +@len) of the block behind @rkey to rank @reader of the
- * communicator whose context id is @cid, with the host's send. The caller
+ * point-to-point engine (coll_zcopy_ucx_fetch pml, or auto's large
+ * reads): asks @ep's peer to send [@remote, +@len) of the block behind
+ * @rkey to rank @reader of the communicator whose context id is @cid,
+ * with the host's send. The caller
  * has posted the matching receive with the host's hooks (host/host.h);
  * @comp counts only the request message. The peer always answers a request
  * that reaches it, with an empty message where it cannot serve the range;

@@ -30,7 +30,8 @@ endforeach()
 # The same without the latency path between servers: every size through
 # the UCX transfers and syncs (coll_zcopy_span_inline_max 0), with each
 # fetch engine: UCX gets (what auto picks over rc and dc), reads served by
-# the peer's tagged sends (what auto picks here and over tcp), and reads
+# the peer's tagged sends (what auto picks here and over tcp for reads
+# below coll_zcopy_ucx_p2p_min, which all of these are), and reads
 # served through Open MPI's point-to-point engine (span-p2p: p2p_bytes
 # must count them).
 foreach(fetch get send pml)

@@ -113,6 +113,21 @@ set_tests_properties(mpi.ucx_max_requests.vservers8.np8 PROPERTIES
   PASS_REGULAR_EXPRESSION "at most 3 UCX requests in flight"
   FAIL_REGULAR_EXPRESSION
     "at most ([4-9]|[1-9][0-9]+) UCX requests|fallback|mixed|element [0-9]+ is|non-zero|signal")
+# The same bound on reads answered through the point-to-point engine
+# (coll_zcopy_ucx_fetch pml, and auto's large reads): each counts until
+# its answer has landed, not only while its request message is out (which
+# completes at once, so an alltoall asked all 7 peers together).
+zcopy_add_mpi_test(NAME mpi.ucx_max_requests.pml.vservers8.np8
+  TARGET zcopy_bench NP 8
+  ARGS -c alltoall,allgather -b 1M -e 1M -n 2 -w 1 --check
+  MCA coll_zcopy_virtual_servers=8 coll_zcopy_span_inline_max=0
+      coll_zcopy_ucx_fetch=pml coll_zcopy_ucx_max_requests=3
+      coll_zcopy_verbose=30
+  LABELS "span;ucx;scale")
+set_tests_properties(mpi.ucx_max_requests.pml.vservers8.np8 PROPERTIES
+  PASS_REGULAR_EXPRESSION "at most 3 reads through the point-to-point"
+  FAIL_REGULAR_EXPRESSION
+    "at most ([4-9]|[1-9][0-9]+) reads|fallback|mixed|element [0-9]+ is|non-zero|signal")
 
 # Every collective on plain memory in processes that have activated memory
 # elsewhere: each call is declined on every rank and settled by each

@@ -1225,7 +1225,9 @@ typedef struct {
 static enum { MODE_ACTIVATED, MODE_MALLOC, MODE_MIXED } mode;
 static bool span;             /* the job's WORLD spans servers */
 static bool expect_p2p;       /* span-p2p: reads between servers go through
-                                 the point-to-point engine (ucx_fetch pml) */
+                                 the point-to-point engine (ucx_fetch pml,
+                                 or auto's reads from ucx_p2p_min) */
+static bool fetch_auto;       /* coll_zcopy_ucx_fetch is auto */
 static unsigned long total_calls;
 
 static uint64_t fnv1a(const char *s)
@@ -1557,15 +1559,27 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
 static void check_p2p_phase(const phase_t *ph)
 {
     uint64_t mine = 0, p2p = 0, between = 0, all = 0;
+    uint64_t mine_rooted = 0, rooted = 0;
 
     for (size_t i = 0; i < ph->nlog; i++) {
-        mine += ph->log[i].p2p;
-        between += ph->log[i].ucx;
+        const log_entry_t *e = &ph->log[i];
+
+        mine += e->p2p;
+        between += e->ucx;
+        if (e->coll == C_BCAST || e->coll == C_SCATTER)
+            mine_rooted += e->p2p;
     }
     MPI_Allreduce(&mine, &p2p, 1, MPI_UINT64_T, MPI_SUM, ph->comm);
     MPI_Allreduce(&between, &all, 1, MPI_UINT64_T, MPI_SUM, ph->comm);
+    MPI_Allreduce(&mine_rooted, &rooted, 1, MPI_UINT64_T, MPI_SUM, ph->comm);
     if (ph->rank != 0)
         return;
+    /* auto's large reads leave the root of a bcast or scatter, which
+     * answers every reader, to UCX's tagged sends. */
+    if (expect_p2p && fetch_auto)
+        ZT_CHECK(rooted == 0, "phase %s (n=%d): %" PRIu64 " p2p_bytes read "
+                 "from the roots of bcasts and scatters, which auto keeps on "
+                 "UCX", ph->name, ph->n, rooted);
     if (expect_p2p)
         ZT_CHECK(all == 0 || p2p > 0, "phase %s (n=%d): %" PRIu64 " bytes "
                  "between servers, none through the point-to-point engine "
@@ -1937,6 +1951,7 @@ int main(int argc, char **argv)
          : !strcmp(argv[1], "malloc")    ? MODE_MALLOC : MODE_MIXED;
     span = argc == 3;
     expect_p2p = span && !strcmp(argv[2], "span-p2p");
+    fetch_auto = zt_cvar_int("coll_zcopy_ucx_fetch", 0) == 0;
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);

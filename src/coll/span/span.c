@@ -381,23 +381,37 @@ static bool span_fetch_by_get(zcopy_ucx_ep_t *ep)
     return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_GET;
 }
 
-/* A bcast's or scatter's root answers every reader of its server's
- * peers: there the point-to-point engine's rendezvous waits for the
- * root's progress twice, where one tagged send needs it once (src/ucx/
- * README.md, "The job's point-to-point engine"). */
-static bool span_reads_from_root(const zcopy_span_algo_t *sa)
+/* Whether @r is the root of a bcast or a scatter, which answers every
+ * reader on the other servers: there the point-to-point engine's
+ * rendezvous waits for the root's progress twice, where one tagged send
+ * needs it once (src/ucx/README.md, "The job's point-to-point engine"). */
+static bool span_read_from_root(const zcopy_span_algo_t *sa, int r)
 {
-    return sa->a->type == ZCOPY_COLL_BCAST || sa->a->type == ZCOPY_COLL_SCATTER ||
-           sa->a->type == ZCOPY_COLL_SCATTERV;
+    const zcopy_coll_type_t type = sa->a->type;
+
+    return (type == ZCOPY_COLL_BCAST || type == ZCOPY_COLL_SCATTER) &&
+           r == sa->a->root;
 }
 
-/* Whether a read of @len bytes is answered through the job's point-to-
- * point engine: where the host has one and the read fits one of its
- * messages (an int count of bytes), always under coll_zcopy_ucx_fetch
- * pml; under auto from coll_zcopy_ucx_p2p_min, where UCX's get is
- * emulated, for large reads from ranks that serve few. */
-static bool span_fetch_by_p2p(const zcopy_span_algo_t *sa,
-                              zcopy_ucx_ep_t *ep, size_t len)
+/* Whether auto answers a read of @len bytes from @r through the job's
+ * point-to-point engine: large reads where UCX's get is emulated. Not
+ * under MPI_THREAD_MULTIPLE, where the target's send inside the UCX
+ * layer's lock could wait for a free list that another thread, waiting
+ * for that lock, is growing; nor on a communicator that lost a request
+ * (a late answer would wait under the tag of the next read). */
+static bool span_auto_by_p2p(const zcopy_span_algo_t *sa, int r, size_t len)
+{
+    return zcopy_config.ucx_p2p_min > 0 && len >= zcopy_config.ucx_p2p_min &&
+           !zcopy_config.mpi_threads && !sa->sp->p2p_lost &&
+           !span_read_from_root(sa, r) &&
+           !zcopy_ucx_ep_rma_native(sa->sp->eps[r]);
+}
+
+/* Whether a read of @len bytes from @r is answered through the job's
+ * point-to-point engine: where the host has one and the read fits one of
+ * its messages (an int count of bytes), always under
+ * coll_zcopy_ucx_fetch pml, and under auto as above. */
+static bool span_fetch_by_p2p(const zcopy_span_algo_t *sa, int r, size_t len)
 {
     if (zcopy_host.p2p_irecv == NULL || zcopy_host.comm_cid == NULL ||
         len > INT_MAX)
@@ -405,50 +419,7 @@ static bool span_fetch_by_p2p(const zcopy_span_algo_t *sa,
     if (zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_PML)
         return true;
     return zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_AUTO &&
-           zcopy_config.ucx_p2p_min > 0 && len >= zcopy_config.ucx_p2p_min &&
-           !span_reads_from_root(sa) && !zcopy_ucx_ep_rma_native(ep);
-}
-
-/* A read answered through the job's point-to-point engine: the receive
- * is posted before the request leaves, so the answer never waits
- * unexpected at this rank. */
-static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
-                          size_t len, void *dst)
-{
-    const uint32_t cid = zcopy_host.comm_cid(sa->zc->handle);
-    zcopy_ucx_rkey_t *rkey;
-    zcopy_span_read_t *rd;
-
-    zcopy_ucx_throttle(&sa->comp, ZCOPY_UCX_GET_REQUESTS,
-                       zcopy_config.ucx_max_requests);
-    rkey = span_rkey(sa, r, addr, len);
-    if (rkey == NULL) {
-        span_fail(sa, "read from", r);
-        return;
-    }
-    rd = malloc(sizeof(*rd));
-    if (rd == NULL) {
-        zcopy_error(ZCOPY_ERR_NOMEM, "out of memory");
-        span_fail(sa, "read from", r);
-        return;
-    }
-    *rd = (zcopy_span_read_t){ .len = len, .peer = r };
-    if (zcopy_host.p2p_irecv(cid, r, dst, len, &rd->req) != 0) {
-        zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point receive failed");
-        free(rd);
-        span_fail(sa, "read from", r);
-        return;
-    }
-    if (zcopy_ucx_read_ask(sa->sp->eps[r], addr, rkey, len, cid, sa->rank,
-                           &rd->lost, &sa->comp) != ZCOPY_SUCCESS) {
-        zcopy_host.p2p_cancel(rd->req); /* nobody will answer it */
-        free(rd);
-        span_fail(sa, "read from", r);
-        return;
-    }
-    rd->next = sa->reads;
-    sa->reads = rd;
-    sa->p2p_bytes += len;
+           span_auto_by_p2p(sa, r, len);
 }
 
 /* Whether @rd has finished: brought its bytes, or failed, or (its request
@@ -481,6 +452,44 @@ static void span_reads_lose(zcopy_span_read_t *reads, int peer, bool all)
             rd->lost = true;
 }
 
+/* Frees the reads that have finished; returns how many have not. */
+static unsigned span_reads_retire(zcopy_span_algo_t *sa)
+{
+    zcopy_span_read_t **link = &sa->reads;
+
+    while (*link != NULL) {
+        zcopy_span_read_t *rd = *link;
+
+        if (!span_read_done(sa, rd)) {
+            link = &rd->next;
+            continue;
+        }
+        *link = rd->next;
+        free(rd);
+        sa->nreads--;
+    }
+    return sa->nreads;
+}
+
+/* coll_zcopy_ucx_max_requests for reads answered through the
+ * point-to-point engine: each counts until its answer has landed, not
+ * only its request message (which usually completes at once), so that a
+ * large alltoall does not ask every peer at once. */
+static void span_reads_throttle(zcopy_span_algo_t *sa)
+{
+    const unsigned max = zcopy_config.ucx_max_requests;
+    zcopy_wait_t w;
+
+    zcopy_ucx_throttle(&sa->comp, ZCOPY_UCX_GET_REQUESTS, max);
+    if (max == 0 || sa->nreads < max)
+        return;
+    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
+    while (span_reads_retire(sa) >= max) {
+        zcopy_ucx_progress();
+        zcopy_wait_turn(&w, sa->reads->peer, 1);
+    }
+}
+
 /* Waits for the reads answered through the point-to-point engine, which
  * completes them in Open MPI's progress while the UCX worker serves the
  * peers. Called once their requests are done: every request that reached
@@ -497,25 +506,56 @@ static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
     for (zcopy_span_read_t *rd = sa->reads; rd != NULL; rd = rd->next)
         if (rd->lost || all_lost)
             span_reads_lose(sa->reads, rd->peer, all_lost);
+    for (zcopy_span_read_t *rd = sa->reads; rd != NULL; rd = rd->next)
+        sa->sp->p2p_lost |= rd->lost;
     zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
-    while (sa->reads != NULL) {
-        zcopy_span_read_t **link = &sa->reads;
-
-        while (*link != NULL) {
-            zcopy_span_read_t *rd = *link;
-
-            if (!span_read_done(sa, rd)) {
-                link = &rd->next;
-                continue;
-            }
-            *link = rd->next;
-            free(rd);
-        }
-        if (sa->reads == NULL)
-            break;
+    while (span_reads_retire(sa) > 0) {
         zcopy_ucx_progress();
         zcopy_wait_turn(&w, sa->reads->peer, 1);
     }
+}
+
+/* A read answered through the job's point-to-point engine: the receive
+ * is posted before the request leaves, so the answer never waits
+ * unexpected at this rank. */
+static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
+                          size_t len, void *dst)
+{
+    const uint32_t cid = zcopy_host.comm_cid(sa->zc->handle);
+    zcopy_ucx_rkey_t *rkey;
+    zcopy_span_read_t *rd;
+
+    span_reads_throttle(sa);
+    rkey = span_rkey(sa, r, addr, len);
+    if (rkey == NULL) {
+        span_fail(sa, "read from", r);
+        return;
+    }
+    rd = malloc(sizeof(*rd));
+    if (rd == NULL) {
+        zcopy_error(ZCOPY_ERR_NOMEM, "out of memory");
+        span_fail(sa, "read from", r);
+        return;
+    }
+    *rd = (zcopy_span_read_t){ .len = len, .peer = r };
+    if (zcopy_host.p2p_irecv(cid, r, dst, len, &rd->req) != 0) {
+        zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point receive failed");
+        free(rd);
+        span_fail(sa, "read from", r);
+        return;
+    }
+    if (zcopy_ucx_read_ask(sa->sp->eps[r], addr, rkey, len, cid, sa->rank,
+                           &rd->lost, &sa->comp) != ZCOPY_SUCCESS) {
+        zcopy_host.p2p_cancel(rd->req); /* nobody will answer it */
+        free(rd);
+        span_fail(sa, "read from", r);
+        return;
+    }
+    rd->next = sa->reads;
+    sa->reads = rd;
+    if (++sa->nreads > sa->nreads_peak)
+        sa->nreads_peak = sa->nreads;
+    sa->p2p_bytes += len;
 }
 
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
@@ -532,7 +572,7 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
         span_copy_mapped(sa, r, addr, len, dst, false);
         return;
     }
-    if (span_fetch_by_p2p(sa, ep, len)) {
+    if (span_fetch_by_p2p(sa, r, len)) {
         span_read_p2p(sa, r, addr, len, dst);
         return;
     }
@@ -589,6 +629,13 @@ void zcopy_span_complete(zcopy_span_algo_t *sa)
                   "requests in flight (coll_zcopy_ucx_max_requests %u)",
                   sa->rank, zcopy_coll_names[sa->a->type], sa->comp.peak,
                   zcopy_config.ucx_max_requests);
+    if (sa->nreads_peak > 0)
+        zcopy_log(ZCOPY_LOG_TRACE, "coll", "rank %d: %s: at most %u reads "
+                  "through the point-to-point engine in flight "
+                  "(coll_zcopy_ucx_max_requests %u)", sa->rank,
+                  zcopy_coll_names[sa->a->type], sa->nreads_peak,
+                  zcopy_config.ucx_max_requests);
+    sa->nreads_peak = 0;
     sa->ucx_bytes += sa->comp.bytes;
     sa->comp = (zcopy_ucx_comp_t)ZCOPY_UCX_COMP_INIT;
     for (int r = 0; r < sp->nranks; r++) {

@@ -154,6 +154,9 @@ typedef struct zcopy_span {
     size_t landing_size;
     zcopy_ucx_mem_t *scratch_mem; /* registered: peers read the partials */
     zcopy_ucx_block_ref_t scratch; /* of hierarchical reductions there */
+    bool p2p_lost;                /* a read's request through the point-to-
+                                     point engine was lost: auto no longer
+                                     takes that engine here */
 } zcopy_span_t;
 
 /* Collective over the communicator, like zcopy_ctl_create: starts UCX,
@@ -318,8 +321,9 @@ static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
 }
 
 /* A read answered through the job's point-to-point engine
- * (coll_zcopy_ucx_fetch pml), until zcopy_span_complete() has its
- * receive; allocated one by one, since UCX writes @lost until then. */
+ * (coll_zcopy_ucx_fetch pml, or auto's large reads), until
+ * zcopy_span_complete() has its receive; allocated one by one, since UCX
+ * writes @lost until then. */
 typedef struct zcopy_span_read {
     struct zcopy_span_read *next;
     void *req;                    /* its receive */
@@ -340,6 +344,8 @@ typedef struct {
     uint64_t p2p_bytes;           /* moved by the job's point-to-point engine */
     zcopy_ucx_comp_t comp;        /* gets and puts not yet waited for */
     zcopy_span_read_t *reads;     /* reads answered through that engine */
+    unsigned nreads;              /* how many */
+    unsigned nreads_peak;         /* the most at once since the last sync */
     bool failed;
 } zcopy_span_algo_t;
 
