@@ -10,7 +10,10 @@
  * on the thread, iteration and rank, so a stale import gives wrong data.
  *
  * Every result must be right and every collective zero-copy on its
- * communicator (stats). The process-wide state all threads share is the
+ * communicator (stats). Under coll_zcopy_ucx_fetch auto nothing may go
+ * through Open MPI's point-to-point engine, whatever
+ * coll_zcopy_ucx_p2p_min says: its target sends inside the UCX layer's
+ * lock, which another thread's pool growth may be waiting for. The process-wide state all threads share is the
  * registry, the export table and the peers, each behind its own lock;
  * each communicator's state is its own, and MPI allows one collective at a
  * time on a communicator.
@@ -124,12 +127,14 @@ int main(int argc, char **argv)
     pthread_t threads[MAX_THREADS];
     size_t gran;
     int provided;
+    bool fetch_auto;
 
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     nthreads = argc > 1 ? atoi(argv[1]) : 2;
+    fetch_auto = zt_cvar_int("coll_zcopy_ucx_fetch", 0) == 0;
     if (!ZT_CHECK(provided == MPI_THREAD_MULTIPLE,
                   "MPI_THREAD_MULTIPLE not provided (got %d)", provided) ||
         !ZT_CHECK(nthreads >= 1 && nthreads <= MAX_THREADS,
@@ -181,6 +186,9 @@ int main(int argc, char **argv)
                  (unsigned long long)s.zcopy_calls, 3 * ITERS,
                  (unsigned long long)s.fallback_calls,
                  s.last_fallback_reason);
+        ZT_CHECK(!fetch_auto || s.p2p_bytes == 0, "thread %d: %llu bytes "
+                 "read through the point-to-point engine under auto at "
+                 "MPI_THREAD_MULTIPLE", t, (unsigned long long)s.p2p_bytes);
         MPIX_Comm_deactivate_memory(w->comm, w->block);
         zcopy_mem_unmap(w->block);
         zcopy_mem_free(w->handle);
