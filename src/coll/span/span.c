@@ -423,7 +423,8 @@ static bool span_fetch_by_p2p(const zcopy_span_algo_t *sa, int r, size_t len)
 }
 
 /* Whether @rd has finished: brought its bytes, or failed, or (its request
- * lost on the way) been cancelled. */
+ * lost on the way) been cancelled, after which auto no longer takes the
+ * engine on this communicator. */
 static bool span_read_done(zcopy_span_algo_t *sa, zcopy_span_read_t *rd)
 {
     bool failed;
@@ -431,6 +432,7 @@ static bool span_read_done(zcopy_span_algo_t *sa, zcopy_span_read_t *rd)
 
     if (rd->lost) {
         zcopy_host.p2p_cancel(rd->req);
+        sa->sp->p2p_lost = true;
         return true;
     }
     if (!zcopy_host.p2p_done(rd->req, &len, &failed))
@@ -506,8 +508,6 @@ static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
     for (zcopy_span_read_t *rd = sa->reads; rd != NULL; rd = rd->next)
         if (rd->lost || all_lost)
             span_reads_lose(sa->reads, rd->peer, all_lost);
-    for (zcopy_span_read_t *rd = sa->reads; rd != NULL; rd = rd->next)
-        sa->sp->p2p_lost |= rd->lost;
     zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
     while (span_reads_retire(sa) > 0) {
         zcopy_ucx_progress();
