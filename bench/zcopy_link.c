@@ -32,6 +32,7 @@ typedef struct {
     int fd;
     char *buf;
     size_t len;
+    bool sending;
     bool failed;
 } stream_io_t;
 
@@ -43,28 +44,15 @@ static double now_us(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static void *send_all(void *arg)
+/* Moves the whole buffer one way on one stream (a thread per direction). */
+static void *transfer(void *arg)
 {
     stream_io_t *io = arg;
 
     for (size_t done = 0; done < io->len;) {
-        ssize_t n = send(io->fd, io->buf + done, io->len - done, 0);
-
-        if (n <= 0) {
-            io->failed = true;
-            break;
-        }
-        done += (size_t)n;
-    }
-    return NULL;
-}
-
-static void *recv_all(void *arg)
-{
-    stream_io_t *io = arg;
-
-    for (size_t done = 0; done < io->len;) {
-        ssize_t n = recv(io->fd, io->buf + done, io->len - done, 0);
+        ssize_t n = io->sending
+                        ? send(io->fd, io->buf + done, io->len - done, 0)
+                        : recv(io->fd, io->buf + done, io->len - done, 0);
 
         if (n <= 0) {
             io->failed = true;
@@ -129,10 +117,10 @@ static bool exchange(int n, int *fds, char *sbuf, char *rbuf, size_t per)
     bool ok = true;
 
     for (int i = 0; i < n; i++) {
-        out[i] = (stream_io_t){ fds[i], sbuf + i * per, per, false };
-        in[i] = (stream_io_t){ fds[i], rbuf + i * per, per, false };
-        pthread_create(&th[2 * i], NULL, send_all, &out[i]);
-        pthread_create(&th[2 * i + 1], NULL, recv_all, &in[i]);
+        out[i] = (stream_io_t){ fds[i], sbuf + i * per, per, true, false };
+        in[i] = (stream_io_t){ fds[i], rbuf + i * per, per, false, false };
+        pthread_create(&th[2 * i], NULL, transfer, &out[i]);
+        pthread_create(&th[2 * i + 1], NULL, transfer, &in[i]);
     }
     for (int i = 0; i < 2 * n; i++)
         pthread_join(th[i], NULL);

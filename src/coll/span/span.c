@@ -473,6 +473,18 @@ static unsigned span_reads_retire(zcopy_span_algo_t *sa)
     return sa->nreads;
 }
 
+/* Retires reads until at most @most remain, progressing meanwhile. */
+static void span_reads_wait(zcopy_span_algo_t *sa, unsigned most)
+{
+    zcopy_wait_t w;
+
+    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
+    while (span_reads_retire(sa) > most) {
+        zcopy_ucx_progress();
+        zcopy_wait_turn(&w, sa->reads->peer, 1);
+    }
+}
+
 /* coll_zcopy_ucx_max_requests for reads answered through the
  * point-to-point engine: each counts until its answer has landed, not
  * only its request message (which usually completes at once), so that a
@@ -480,16 +492,10 @@ static unsigned span_reads_retire(zcopy_span_algo_t *sa)
 static void span_reads_throttle(zcopy_span_algo_t *sa)
 {
     const unsigned max = zcopy_config.ucx_max_requests;
-    zcopy_wait_t w;
 
     zcopy_ucx_throttle(&sa->comp, ZCOPY_UCX_GET_REQUESTS, max);
-    if (max == 0 || sa->nreads < max)
-        return;
-    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
-    while (span_reads_retire(sa) >= max) {
-        zcopy_ucx_progress();
-        zcopy_wait_turn(&w, sa->reads->peer, 1);
-    }
+    if (max > 0 && sa->nreads >= max)
+        span_reads_wait(sa, max - 1);
 }
 
 /* Waits for the reads answered through the point-to-point engine, which
@@ -499,8 +505,6 @@ static void span_reads_throttle(zcopy_span_algo_t *sa)
  * (cancelling it would leave the answer unmatched, and its send pending). */
 static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
 {
-    zcopy_wait_t w;
-
     /* A lost request may still have arrived (UCX reports the endpoint's
      * failure, not the message's): its answer would then match a later
      * read's receive from that peer. Nothing more from that peer is
@@ -508,11 +512,7 @@ static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
     for (zcopy_span_read_t *rd = sa->reads; rd != NULL; rd = rd->next)
         if (rd->lost || all_lost)
             span_reads_lose(sa->reads, rd->peer, all_lost);
-    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
-    while (span_reads_retire(sa) > 0) {
-        zcopy_ucx_progress();
-        zcopy_wait_turn(&w, sa->reads->peer, 1);
-    }
+    span_reads_wait(sa, 0);
 }
 
 /* A read answered through the job's point-to-point engine: the receive
