@@ -57,6 +57,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .peer_access = ZCOPY_IPC_ACCESS_AUTO,
     .ucx_max_requests = 128,
     .ucx_p2p_min = 4194304,
+    .ucx_push_min = 262144,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -152,7 +153,9 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         "InfiniBand or RoCE (rc, dc), else send, measured 3.4x faster "
         "over tcp, and pml for reads of at least coll_zcopy_ucx_p2p_min "
         "bytes (except from a bcast's or scatter's root, and under "
-        "MPI_THREAD_MULTIPLE)",
+        "MPI_THREAD_MULTIPLE); under auto, an alltoall's blocks of at least "
+        "coll_zcopy_ucx_push_min bytes are sent rather than read. Must be "
+        "the same on every rank (checked at set-up)",
         &c->ucx_fetch);
 }
 
@@ -305,6 +308,15 @@ static int zcopy_register(void)
         "and on a communicator where such a read's request was lost; 0 "
         "never does",
         OPAL_INFO_LVL_6, &c->ucx_p2p_min);
+    zcopy_register_ulong("ucx_push_min",
+        "Bytes of one block of an alltoall or alltoallv from which "
+        "coll_zcopy_ucx_fetch auto sends the block between servers through "
+        "Open MPI's point-to-point engine, from the sender's activated "
+        "buffer into the receiver's, with no request first, where no "
+        "rank's UCX get is real (tcp, shared memory); smaller blocks are "
+        "read as coll_zcopy_ucx_fetch says. Must be the same on every rank "
+        "(checked at set-up); 0 never does",
+        OPAL_INFO_LVL_6, &c->ucx_push_min);
     zcopy_register_transport(c);
     zcopy_register_ucx_fetch(c);
     zcopy_register_peer_access(c);
@@ -328,6 +340,7 @@ static int zcopy_register(void)
     zcopy_config.transport = c->transport;
     zcopy_config.ucx_fetch = c->ucx_fetch;
     zcopy_config.ucx_p2p_min = c->ucx_p2p_min;
+    zcopy_config.ucx_push_min = c->ucx_push_min;
     zcopy_config.ucx_max_requests =
         c->ucx_max_requests > 0 ? (unsigned)c->ucx_max_requests : 0;
     zcopy_config.peer_access = c->peer_access;

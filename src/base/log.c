@@ -21,6 +21,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .sleep_mode = 0,
     .transport = ZCOPY_TRANSPORT_AUTO,
     .ucx_p2p_min = 4194304,
+    .ucx_push_min = 262144,
     .ucx_max_requests = 128,
 };
 

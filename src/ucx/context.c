@@ -71,6 +71,37 @@ zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
  * progress to each of them, and on tcp in UCX 1.13 a pipeline of emulated
  * gets: 2x slower from 32 KiB up on the emulated cluster (src/ucx/README.md,
  * "Eager tagged messages"). */
+bool zcopy_ucx_info_names_rma(char *text, const char *mark, const char *sep)
+{
+    char rc[16], dc[16], *line, *save = NULL;
+    bool network = false;
+
+    snprintf(rc, sizeof(rc), "%src_", sep);
+    snprintf(dc, sizeof(dc), "%sdc_", sep);
+    for (line = text ? strtok_r(text, "\n", &save) : NULL;
+         line != NULL && !network; line = strtok_r(NULL, "\n", &save))
+        network = strstr(line, mark) != NULL &&
+                  (strstr(line, rc) != NULL || strstr(line, dc) != NULL);
+    return network;
+}
+
+/* The context's resources ("resource 3 : md 2 dev 3 flags -- rc_mlx5/..."). */
+static bool ucx_has_rma_network(ucp_context_h context)
+{
+    char *text = NULL;
+    size_t len = 0;
+    bool network;
+    FILE *f = open_memstream(&text, &len);
+
+    if (f == NULL)
+        return true; /* unknown: as if it had, which only forgoes pushes */
+    ucp_context_print_info(context, f);
+    fclose(f);
+    network = zcopy_ucx_info_names_rma(text, "resource", "-- ");
+    free(text);
+    return network;
+}
+
 static ucs_status_t ucx_read_config(ucp_config_t **config)
 {
     ucs_status_t us = ucp_config_read(NULL, NULL, config);
@@ -142,6 +173,7 @@ zcopy_status_t zcopy_ucx_init_locked(void)
     if (st != ZCOPY_SUCCESS)
         goto err_release_address;
     zcopy_ucx.memory_types = attr.memory_types;
+    zcopy_ucx.rma_network = ucx_has_rma_network(zcopy_ucx.context);
     zcopy_ucx.state = UCX_STATE_LIVE;
     atomic_store_explicit(&zcopy_ucx_live, true, memory_order_relaxed);
     /* Peers' emulated gets and puts need this worker even while the rank
@@ -169,6 +201,11 @@ err:
     zcopy_log(ZCOPY_LOG_WARN, "ucx", "UCX unavailable, no transfers between "
               "servers: %s", init_failure);
     return st;
+}
+
+bool zcopy_ucx_rma_network(void)
+{
+    return zcopy_ucx.state == UCX_STATE_LIVE && zcopy_ucx.rma_network;
 }
 
 zcopy_status_t zcopy_ucx_init(void)

@@ -45,19 +45,16 @@ static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key
  * waited for the target's progress (src/ucx/README.md, "cma on one host"). */
 static bool ep_rma_native(ucp_ep_h handle)
 {
-    char *text = NULL, *line, *save = NULL;
+    char *text = NULL;
     size_t len = 0;
-    bool network = false;
+    bool network;
     FILE *f = open_memstream(&text, &len);
 
     if (f == NULL)
         return false;
     ucp_ep_print_info(handle, f);
     fclose(f);
-    for (line = text ? strtok_r(text, "\n", &save) : NULL;
-         line != NULL && !network; line = strtok_r(NULL, "\n", &save))
-        network = strstr(line, "lane[") != NULL &&
-                  (strstr(line, ":rc_") != NULL || strstr(line, ":dc_") != NULL);
+    network = zcopy_ucx_info_names_rma(text, "lane[", ":");
     free(text);
     return network;
 }

@@ -103,6 +103,13 @@ void zcopy_ucx_cleanup(void);
  * Endpoints stay valid for their holders: one used again reconnects. */
 void zcopy_ucx_disconnect(void);
 
+/* Whether this process's UCX could reach a peer over a transport whose
+ * get the network does (rc, dc): where no process of a communicator can,
+ * every get between them is emulated, which each rank knows without
+ * connecting to anyone (zcopy_ucx_ep_rma_native says it per endpoint,
+ * once connected). */
+bool zcopy_ucx_rma_network(void);
+
 /* This worker's address, for peers' zcopy_ucx_ep_get(); valid until
  * zcopy_ucx_cleanup(). */
 zcopy_status_t zcopy_ucx_worker_address(const void **address_p,

@@ -52,6 +52,10 @@ typedef enum {
     UCX_STATE_FAILED              /* tried, failed; not retried */
 } ucx_state_t;
 
+/* Whether a line of UCX's printed @text (cut up in place) that holds
+ * @mark names an rc or dc transport right after @sep. */
+bool zcopy_ucx_info_names_rma(char *text, const char *mark, const char *sep);
+
 /* One per process: the context and worker are per process by design (one
  * worker serves every communicator; see ucx.h for the lock). */
 typedef struct {
@@ -61,6 +65,7 @@ typedef struct {
     ucp_context_h context;
     ucp_worker_h worker;
     uint64_t memory_types;        /* UCS_MEMORY_TYPE_* bits UCX supports */
+    bool rma_network;             /* it has an rc or dc transport */
     ucp_address_t *address;
     size_t address_len;
     zcopy_ucx_ep_t **eps;

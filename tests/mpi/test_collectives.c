@@ -1207,6 +1207,7 @@ typedef struct {
     uint64_t ucx;             /* of which between servers: through UCX, or
                                  through the point-to-point engine */
     uint64_t p2p;             /* of which the latter */
+    uint64_t block;           /* alltoall: bytes of one block */
     uint64_t reason_hash;     /* of last_fallback_reason; 0 for zero-copy */
 } log_entry_t;
 
@@ -1215,6 +1216,8 @@ typedef struct {
     const char *name;
     int rank, n;
     bool spans;               /* span mode, and the comm spans servers */
+    bool pushes;              /* it spans them, and auto may push large
+                                 alltoall blocks (phase_pushes) */
     bool blocks_split;        /* comm_splits_blocks(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
@@ -1228,6 +1231,7 @@ static bool expect_p2p;       /* span-p2p: reads between servers go through
                                  the point-to-point engine (ucx_fetch pml,
                                  or auto's reads from ucx_p2p_min) */
 static bool fetch_auto;       /* coll_zcopy_ucx_fetch is auto */
+static unsigned long push_min; /* coll_zcopy_ucx_push_min */
 static unsigned long total_calls;
 
 static uint64_t fnv1a(const char *s)
@@ -1240,6 +1244,26 @@ static uint64_t fnv1a(const char *s)
 }
 
 static bool comm_splits_blocks(const int *wranks, int n);
+
+/* Whether auto pushes alltoall blocks of push_min bytes or more between
+ * the servers of @comm: where some server has several of its ranks (a
+ * host's ranks split into coll_zcopy_virtual_servers by local rank), not
+ * under coll_zcopy_transport ucx (one rank a server). */
+static bool phase_pushes(MPI_Comm comm)
+{
+    const int servers = zt_cvar_int("coll_zcopy_virtual_servers", 1);
+    int local, most;
+    MPI_Comm host;
+
+    if (!fetch_auto || push_min == 0 ||
+        zt_cvar_int("coll_zcopy_transport", 0) == 2)
+        return false;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+    MPI_Comm_size(host, &local);
+    MPI_Comm_free(&host);
+    MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, comm);
+    return (most + servers - 1) / (servers > 0 ? servers : 1) > 1;
+}
 
 static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
 {
@@ -1254,6 +1278,7 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
     /* In a span job WORLD spans servers by construction, and so does its
      * dup; whether a split does depends on how ranks fall on servers. */
     ph->spans = span && (comm == MPI_COMM_WORLD || strcmp(name, "dup") == 0);
+    ph->pushes = ph->spans && phase_pushes(comm);
     MPI_Comm_group(MPI_COMM_WORLD, &world);
     MPI_Comm_group(comm, &group);
     for (int j = 0; j < ph->n; j++)
@@ -1522,6 +1547,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     e->inlined = di == 1;
     e->moves = c.coll->moves(&c);
     e->p2p = after.p2p_bytes - before.p2p_bytes;
+    e->block = coll == C_ALLTOALL && c.type ? c.count * c.type->size : 0;
     e->ucx = after.ucx_bytes - before.ucx_bytes + e->p2p;
     e->moved = after.ipc_bytes - before.ipc_bytes + e->ucx;
     e->reason_hash = e->zcopy ? 0 : fnv1a(after.last_fallback_reason);
@@ -1551,19 +1577,42 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
                      ph->name, ph->n, colls[k].name, calls[k]);
 }
 
+/* Whether @e is an alltoall(v), whose large blocks auto may push. */
+static bool pushable(const log_entry_t *e)
+{
+    return e->coll == C_ALLTOALL || e->coll == C_ALLTOALLV;
+}
+
 /* With "span-p2p" (coll_zcopy_ucx_fetch pml, or a low
  * coll_zcopy_ucx_p2p_min), reads between servers go through the
  * point-to-point engine: a spanning phase that moved data
  * between servers moved some that way (puts stay UCX's, and a phase may
- * move its data by puts alone only if it has no read: none here). */
+ * move its data by puts alone only if it has no read: none here). Under
+ * auto, where servers have several ranks, alltoall blocks of
+ * coll_zcopy_ucx_push_min or more are pushed through it: every such call
+ * that ran zero-copy moved bytes that way, and only alltoall(v) did
+ * outside span-p2p. */
 static void check_p2p_phase(const phase_t *ph)
 {
     uint64_t mine = 0, p2p = 0, between = 0, all = 0;
-    uint64_t mine_rooted = 0, rooted = 0;
+    uint64_t mine_rooted = 0, rooted = 0, v[2], sum[2];
 
     for (size_t i = 0; i < ph->nlog; i++) {
         const log_entry_t *e = &ph->log[i];
+        const bool pushed = e->zcopy && !e->inlined && e->moves &&
+                            e->block >= push_min;
 
+        if (pushable(e) && ph->pushes) {
+            /* Over all ranks: each counts the bytes it received. */
+            v[0] = e->p2p;
+            v[1] = pushed;
+            MPI_Allreduce(v, sum, 2, MPI_UINT64_T, MPI_SUM, ph->comm);
+            ZT_CHECK(!sum[1] || sum[0] > 0, "%s: blocks of %" PRIu64
+                     " bytes (coll_zcopy_ucx_push_min %lu), yet no byte "
+                     "pushed through the point-to-point engine", e->desc,
+                     e->block, push_min);
+            continue;
+        }
         mine += e->p2p;
         between += e->ucx;
         if (e->coll == C_BCAST || e->coll == C_SCATTER)
@@ -1952,6 +2001,7 @@ int main(int argc, char **argv)
     span = argc == 3;
     expect_p2p = span && !strcmp(argv[2], "span-p2p");
     fetch_auto = zt_cvar_int("coll_zcopy_ucx_fetch", 0) == 0;
+    push_min = zt_cvar_ulong("coll_zcopy_ucx_push_min", 0);
     inline_max = zt_cvar_ulong("coll_zcopy_inline_max", 0);
     span_inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
     inline_max_yield = zt_cvar_ulong("coll_zcopy_inline_max_yield", 0);

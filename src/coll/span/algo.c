@@ -584,23 +584,71 @@ zcopy_status_t zcopy_span_scatter(zcopy_span_algo_t *sa)
     return span_finish(sa);
 }
 
-/* Every rank fetches its block from every peer straight into its output
- * (in place never gets here: span.c sends it to the fallback). */
+/* Bytes of the block @j receives from this rank, and where it starts in
+ * this rank's send buffer. */
+static size_t alltoall_sent(const zcopy_span_algo_t *sa, int j, size_t *off)
+{
+    const zcopy_coll_args_t *a = sa->a;
+
+    if (a->type != ZCOPY_COLL_ALLTOALLV) {
+        *off = (size_t)j * a->scount * sa->ssize;
+        return a->scount * sa->ssize;
+    }
+    *off = (size_t)a->sdispls[j] * sa->ssize;
+    return (size_t)a->scounts[j] * sa->ssize;
+}
+
+/* Bytes of the block this rank receives from @j, and where it goes in
+ * this rank's output. */
+static size_t alltoall_received(const zcopy_span_algo_t *sa, int j,
+                                size_t *off)
+{
+    const zcopy_coll_args_t *a = sa->a;
+
+    if (a->type != ZCOPY_COLL_ALLTOALLV) {
+        *off = (size_t)j * a->rcount * sa->rsize;
+        return a->rcount * sa->rsize;
+    }
+    *off = (size_t)a->rdispls[j] * sa->rsize;
+    return (size_t)a->rcounts[j] * sa->rsize;
+}
+
+/* A block between groups large enough to be pushed (zcopy_span_pushes):
+ * its length, else 0. Both ranks of the pair answer alike. */
+static size_t alltoall_pushed(const zcopy_span_algo_t *sa, int j, size_t len)
+{
+    return !same_group(sa, j) && zcopy_span_pushes(sa, len) ? len : 0;
+}
+
+/* Large blocks between groups first, pushed in steps of distance (see
+ * zcopy_span_push), so that they travel while the rest is copied; then
+ * every other block is fetched straight into the output (in place never
+ * gets here: span.c sends it to the fallback). */
 zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
 {
     const zcopy_coll_args_t *a = sa->a;
     const bool v = a->type == ZCOPY_COLL_ALLTOALLV;
-    const int me = sa->rank;
+    const int me = sa->rank, n = sa->nranks;
     uint8_t *out = a->rbuf;
+    size_t roff, soff, rlen, slen;
 
-    for (int k = 0; k < sa->nranks; k++) {
-        int j = (me + k) % sa->nranks; /* spread the sources */
-        size_t len = (v ? (size_t)a->rcounts[j] : a->rcount) * sa->rsize;
-        size_t off = v ? (size_t)a->rdispls[j] * sa->rsize : (size_t)j * len;
-        uint64_t src = args_of(sa, j)->sbuf +
-                       (v ? (uint64_t)sa->sp->sdispls[j] : (uint64_t)me * len);
+    for (int d = 1; d < n; d++) {
+        const int from = (me - d + n) % n, to = (me + d) % n;
 
-        zcopy_span_get(sa, j, src, len, out + off);
+        rlen = alltoall_pushed(sa, from, alltoall_received(sa, from, &roff));
+        slen = alltoall_pushed(sa, to, alltoall_sent(sa, to, &soff));
+        zcopy_span_push(sa, from, out + roff, rlen, to,
+                        (const uint8_t *)a->sbuf + soff, slen);
+    }
+    for (int k = 0; k < n; k++) {
+        const int j = (me + k) % n; /* spread the sources */
+        const uint64_t src = args_of(sa, j)->sbuf +
+                             (v ? (uint64_t)sa->sp->sdispls[j]
+                                : (uint64_t)me * a->rcount * sa->rsize);
+
+        rlen = alltoall_received(sa, j, &roff);
+        if (alltoall_pushed(sa, j, rlen) == 0)
+            zcopy_span_get(sa, j, src, rlen, out + roff);
     }
     return span_finish(sa);
 }

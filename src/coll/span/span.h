@@ -88,6 +88,9 @@ typedef struct {
                                      every rank reads it whole */
 } zcopy_span_payload_t;
 
+/* Its UCX has a transport whose get the network does (rc, dc). */
+#define ZCOPY_SPAN_HELLO_RMA_NETWORK 1u
+
 /* What every rank tells the others when a spanning communicator is set up. */
 typedef struct {
     zcopy_topo_rank_t where;      /* which server */
@@ -95,7 +98,7 @@ typedef struct {
     uint32_t address_len;         /* of its UCX worker address */
     uint32_t access;              /* zcopy_ipc_access_local() */
     uint32_t plane_id;            /* in the tags of messages to it */
-    uint32_t reserved;
+    uint32_t flags;               /* ZCOPY_SPAN_HELLO_* */
     zcopy_cpus_t cpus;            /* its affinity */
 } zcopy_span_hello_t;
 static_assert(sizeof(zcopy_span_hello_t) == 192,
@@ -157,6 +160,9 @@ typedef struct zcopy_span {
     bool p2p_lost;                /* a read's request through the point-to-
                                      point engine was lost: auto no longer
                                      takes that engine here */
+    bool gets_emulated;           /* no rank's UCX has a transport whose
+                                     get is real: every get between groups
+                                     is emulated (agreed at set-up) */
 } zcopy_span_t;
 
 /* Collective over the communicator, like zcopy_ctl_create: starts UCX,
@@ -320,17 +326,25 @@ static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
            m * ZCOPY_SPAN_DESC_STRIDE + at;
 }
 
-/* A read answered through the job's point-to-point engine
- * (coll_zcopy_ucx_fetch pml, or auto's large reads), until
- * zcopy_span_complete() has its receive; allocated one by one, since UCX
- * writes @lost until then. */
-typedef struct zcopy_span_read {
-    struct zcopy_span_read *next;
-    void *req;                    /* its receive */
-    size_t len;                   /* bytes it must bring */
+/* A transfer through the job's point-to-point engine, until
+ * zcopy_span_complete() has it: the receive of a read answered through it
+ * (coll_zcopy_ucx_fetch pml, or auto's large reads), or a pushed block's
+ * receive or send (auto's large alltoall blocks). Allocated one by one,
+ * since UCX writes @lost until then. */
+typedef enum {
+    ZCOPY_SPAN_P2P_READ,          /* the receive of a read */
+    ZCOPY_SPAN_P2P_PUSH_IN,       /* a pushed block's receive */
+    ZCOPY_SPAN_P2P_PUSH_OUT       /* a pushed block's send */
+} zcopy_span_p2p_kind_t;
+
+typedef struct zcopy_span_p2p {
+    struct zcopy_span_p2p *next;
+    void *req;                    /* its receive, or its send */
+    size_t len;                   /* bytes it must move */
     int peer;
-    bool lost;                    /* its request never reached @peer */
-} zcopy_span_read_t;
+    zcopy_span_p2p_kind_t kind;
+    bool lost;                    /* a read's request never reached @peer */
+} zcopy_span_p2p_t;
 
 /* One spanning collective in flight (algo.c). */
 typedef struct {
@@ -343,9 +357,9 @@ typedef struct {
     uint64_t ucx_bytes;           /* moved by UCX gets and puts */
     uint64_t p2p_bytes;           /* moved by the job's point-to-point engine */
     zcopy_ucx_comp_t comp;        /* gets and puts not yet waited for */
-    zcopy_span_read_t *reads;     /* reads answered through that engine */
-    unsigned nreads;              /* how many */
-    unsigned nreads_peak;         /* the most at once since the last sync */
+    zcopy_span_p2p_t *p2p;        /* transfers through that engine */
+    unsigned p2p_inflight;        /* how many */
+    unsigned p2p_peak;            /* the most at once since the last sync */
     bool failed;
 } zcopy_span_algo_t;
 
@@ -381,6 +395,28 @@ void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
                     void *dst);
 void zcopy_span_put(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
                     const void *src);
+
+/* Whether blocks of @len bytes between ranks of different groups are
+ * pushed rather than read: the sender sends its block through the job's
+ * point-to-point engine straight from its buffer into the receiver's,
+ * which has posted a receive, with no request first and no copy in
+ * between (coll_zcopy_ucx_push_min under coll_zcopy_ucx_fetch auto, where
+ * every get between groups is emulated). The same answer on both ranks of
+ * a pair: @len is the same on both (matching type signatures), the rest
+ * is agreed at set-up. */
+bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len);
+
+/* One step of pushes: receives @rlen bytes of @from's block into @dst and
+ * sends @slen bytes of @src to @to (a length of 0: no such part), both
+ * ranks of other groups; complete only after zcopy_span_complete() or the
+ * next sync. The bound on requests in flight
+ * (coll_zcopy_ucx_max_requests) waits before a step, never inside one, so
+ * that every rank taking its steps in the same order of distances (at
+ * distance d, from the rank d behind and to the rank d ahead) never waits
+ * in a cycle: the lowest step anyone waits for has both its ranks' parts
+ * posted. */
+void zcopy_span_push(zcopy_span_algo_t *sa, int from, void *dst, size_t rlen,
+                     int to, const void *src, size_t slen);
 
 /* Waits for this rank's gets and puts, and flushes its puts to the peers. */
 void zcopy_span_complete(zcopy_span_algo_t *sa);
