@@ -60,7 +60,8 @@ typedef struct {
                                  through Open MPI's point-to-point engine
                                  (coll_zcopy_ucx_fetch pml, and reads of
                                  coll_zcopy_ucx_p2p_min or more under
-                                 auto) */
+                                 auto), or received there as pushed
+                                 alltoall blocks (coll_zcopy_ucx_push_min) */
 } MPIX_Zcopy_stats;           /* fields may be added after these, never removed */
 
 int MPIX_Comm_set_memory_range(MPI_Comm comm, void *base, size_t size,

@@ -313,8 +313,9 @@ static int zcopy_register(void)
         "coll_zcopy_ucx_fetch auto sends the block between servers through "
         "Open MPI's point-to-point engine, from the sender's activated "
         "buffer into the receiver's, with no request first, where no "
-        "rank's UCX get is real (tcp, shared memory); smaller blocks are "
-        "read as coll_zcopy_ucx_fetch says. Must be the same on every rank "
+        "rank's UCX get is real (tcp, shared memory) and some server has "
+        "several of the communicator's ranks; smaller blocks are read as "
+        "coll_zcopy_ucx_fetch says. Must be the same on every rank "
         "(checked at set-up); 0 never does",
         OPAL_INFO_LVL_6, &c->ucx_push_min);
     zcopy_register_transport(c);
@@ -531,7 +532,8 @@ int mca_coll_zcopy_register_pvars(void)
         { "p2p_bytes", "Bytes this rank read from other servers through "
           "Open MPI's point-to-point engine on this communicator "
           "(coll_zcopy_ucx_fetch pml, and reads of at least "
-          "coll_zcopy_ucx_p2p_min under auto)", PVAR_P2P_BYTES },
+          "coll_zcopy_ucx_p2p_min under auto), or received there as pushed "
+          "alltoall blocks (coll_zcopy_ucx_push_min)", PVAR_P2P_BYTES },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

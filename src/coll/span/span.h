@@ -401,7 +401,8 @@ void zcopy_span_put(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
  * point-to-point engine straight from its buffer into the receiver's,
  * which has posted a receive, with no request first and no copy in
  * between (coll_zcopy_ucx_push_min under coll_zcopy_ucx_fetch auto, where
- * every get between groups is emulated). The same answer on both ranks of
+ * every get between groups is emulated and some group has several
+ * ranks; src/ucx/README.md, "Pushed alltoall blocks"). The same answer on both ranks of
  * a pair: @len is the same on both (matching type signatures), the rest
  * is agreed at set-up. */
 bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len);
