@@ -20,15 +20,24 @@
 #include <limits.h>
 #include <stdlib.h>
 
-/* The tag of the spanning collectives' transfers through the PML: a
- * blocking collective's, which no other message on the communicator can
- * carry meanwhile (one blocking collective at a time runs on a
- * communicator, and a finished one has matched all of its messages, but
- * for the answer to a request reported lost that arrived all the same:
- * coll_zcopy_ucx_fetch auto then stops using this engine on the
- * communicator); zcopy never takes alltoallw, so nothing of its own
- * shares it either. */
-#define ZCOPY_P2P_TAG MCA_COLL_BASE_TAG_ALLTOALLW
+/* The tags of the spanning collectives' transfers through the PML:
+ * blocking collectives' that zcopy never takes, which no other message on
+ * the communicator can carry meanwhile (one blocking collective at a time
+ * runs on a communicator, and a finished one has matched all of its
+ * messages, but for the answer to a read whose request was reported lost
+ * and arrived all the same: coll_zcopy_ucx_fetch auto then stops reading
+ * through this engine on the communicator, and pushes have a tag of
+ * their own). Not a tag of a collective that zcopy runs through the
+ * previous component in the middle of its own (alltoallv's displacements
+ * go through its alltoall, while faster ranks may already push). */
+#define ZCOPY_P2P_READ_TAG MCA_COLL_BASE_TAG_ALLTOALLW
+#define ZCOPY_P2P_PUSH_TAG MCA_COLL_BASE_TAG_EXSCAN
+
+static int host_p2p_tag(zcopy_host_p2p_t kind)
+{
+    return kind == ZCOPY_HOST_P2P_PUSH ? ZCOPY_P2P_PUSH_TAG
+                                       : ZCOPY_P2P_READ_TAG;
+}
 
 _Static_assert(sizeof(MPI_Fint) == sizeof(int),
                "compat/fint_2_int.h converts MPI_Fint by identity");
@@ -114,8 +123,8 @@ static ompi_communicator_t *host_p2p_comm(uint32_t cid, int peer, size_t len)
     return comm;
 }
 
-static int host_p2p_isend(uint32_t cid, int peer, const void *buf, size_t len,
-                          void **req)
+static int host_p2p_isend(uint32_t cid, int peer, zcopy_host_p2p_t kind,
+                          const void *buf, size_t len, void **req)
 {
     ompi_communicator_t *comm = host_p2p_comm(cid, peer, len);
     ompi_request_t *r = NULL;
@@ -125,7 +134,7 @@ static int host_p2p_isend(uint32_t cid, int peer, const void *buf, size_t len,
         return MPI_ERR_ARG;
     /* The PML only reads a send buffer: its interface is older than const. */
     rc = MCA_PML_CALL(isend((void *)(uintptr_t)buf, (int)len,
-                            &ompi_mpi_byte.dt, peer, ZCOPY_P2P_TAG,
+                            &ompi_mpi_byte.dt, peer, host_p2p_tag(kind),
                             MCA_PML_BASE_SEND_STANDARD, comm, &r));
     if (req != NULL)
         *req = r;
@@ -134,8 +143,8 @@ static int host_p2p_isend(uint32_t cid, int peer, const void *buf, size_t len,
     return rc;
 }
 
-static int host_p2p_irecv(uint32_t cid, int peer, void *buf, size_t len,
-                          void **req)
+static int host_p2p_irecv(uint32_t cid, int peer, zcopy_host_p2p_t kind,
+                          void *buf, size_t len, void **req)
 {
     ompi_communicator_t *comm = host_p2p_comm(cid, peer, len);
     ompi_request_t *r = NULL;
@@ -144,7 +153,7 @@ static int host_p2p_irecv(uint32_t cid, int peer, void *buf, size_t len,
     if (comm == NULL)
         return MPI_ERR_ARG;
     rc = MCA_PML_CALL(irecv(buf, (int)len, &ompi_mpi_byte.dt, peer,
-                            ZCOPY_P2P_TAG, comm, &r));
+                            host_p2p_tag(kind), comm, &r));
     *req = r;
     return rc;
 }

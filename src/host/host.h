@@ -17,6 +17,15 @@
 
 #include <mpi.h>
 
+/* The two kinds of transfers through the job's point-to-point engine,
+ * each under a tag of its own: the answers to reads (whose request may be
+ * reported lost and yet arrive, its answer then unmatched on the
+ * communicator) must never match a pushed block's receive. */
+typedef enum {
+    ZCOPY_HOST_P2P_READ,          /* the answer to a read (ucx/serve.c) */
+    ZCOPY_HOST_P2P_PUSH           /* a pushed alltoall block */
+} zcopy_host_p2p_t;
+
 typedef struct {
     /* Bytes per element when @type is one block of memory in signature
      * order starting at the buffer (so count elements are count * size
@@ -46,10 +55,10 @@ typedef struct {
      * once and completes on its own (as MPI_Request_free lets it). NULL
      * where there is none (the defaults). */
     uint32_t (*comm_cid)(MPI_Comm comm);
-    int (*p2p_isend)(uint32_t cid, int peer, const void *buf, size_t len,
-                     void **req);
-    int (*p2p_irecv)(uint32_t cid, int peer, void *buf, size_t len,
-                     void **req);
+    int (*p2p_isend)(uint32_t cid, int peer, zcopy_host_p2p_t kind,
+                     const void *buf, size_t len, void **req);
+    int (*p2p_irecv)(uint32_t cid, int peer, zcopy_host_p2p_t kind,
+                     void *buf, size_t len, void **req);
     /* True once @req has completed, which it checks without progressing
      * anything (its callers may be inside the progress loop); the request
      * is then freed, *@len says the bytes it moved and *@failed whether it

@@ -230,7 +230,8 @@ static int serve_p2p_send(uint32_t cid, int reader, const void *buf,
         return -1;
     }
     zcopy_host_call_enter();
-    rc = zcopy_host.p2p_isend(cid, reader, buf, len, req);
+    rc = zcopy_host.p2p_isend(cid, reader, ZCOPY_HOST_P2P_READ, buf, len,
+                              req);
     zcopy_host_call_leave();
     return rc;
 }

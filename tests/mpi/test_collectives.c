@@ -73,6 +73,7 @@
  */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1218,6 +1219,8 @@ typedef struct {
     bool spans;               /* span mode, and the comm spans servers */
     bool pushes;              /* it spans them, and auto may push large
                                  alltoall blocks (phase_pushes) */
+    int cross;                /* ranks of it on other servers than this
+                                 rank's (with pushes) */
     bool blocks_split;        /* comm_splits_blocks(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
@@ -1245,24 +1248,55 @@ static uint64_t fnv1a(const char *s)
 
 static bool comm_splits_blocks(const int *wranks, int n);
 
+/* Whether a host has an InfiniBand or RoCE device, over which UCX may
+ * offer rc or dc: then zcopy reads rather than pushes. */
+static bool host_has_rdma(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    struct dirent *e;
+    bool any = false;
+
+    while (d != NULL && !any && (e = readdir(d)) != NULL)
+        any = e->d_name[0] != '.';
+    if (d != NULL)
+        closedir(d);
+    return any;
+}
+
 /* Whether auto pushes alltoall blocks of push_min bytes or more between
- * the servers of @comm: where some server has several of its ranks (a
- * host's ranks split into coll_zcopy_virtual_servers by local rank), not
- * under coll_zcopy_transport ucx (one rank a server). */
-static bool phase_pushes(MPI_Comm comm)
+ * the servers of WORLD or its dup, @ph: where some server has several of
+ * its ranks (a host's ranks split into coll_zcopy_virtual_servers runs of
+ * consecutive local ranks, src/topo/server.c), not under
+ * coll_zcopy_transport ucx (one rank a server), nor where any host has an
+ * RDMA device. Sets ph->cross, the ranks on servers other than this
+ * rank's. */
+static bool phase_pushes(phase_t *ph)
 {
     const int servers = zt_cvar_int("coll_zcopy_virtual_servers", 1);
-    int local, most;
+    int local, index, mine[2], most, rdma = host_has_rdma(), any_rdma;
+    int (*all)[2] = malloc(sizeof(*all) * (size_t)ph->n);
     MPI_Comm host;
 
-    if (!fetch_auto || push_min == 0 ||
-        zt_cvar_int("coll_zcopy_transport", 0) == 2)
-        return false;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+    MPI_Comm_split_type(ph->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                        &host);
     MPI_Comm_size(host, &local);
+    MPI_Comm_rank(host, &index);
+    mine[0] = ph->rank;
+    MPI_Bcast(&mine[0], 1, MPI_INT, 0, host);
     MPI_Comm_free(&host);
-    MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, comm);
-    return (most + servers - 1) / (servers > 0 ? servers : 1) > 1;
+    MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, ph->comm);
+    MPI_Allreduce(&rdma, &any_rdma, 1, MPI_INT, MPI_MAX, ph->comm);
+    /* A server: this host (its first rank in the comm) and the run of
+     * local ranks. */
+    mine[1] = index / ((local + servers - 1) / (servers > 0 ? servers : 1));
+    MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, ph->comm);
+    ph->cross = 0;
+    for (int r = 0; r < ph->n; r++)
+        ph->cross += all[r][0] != mine[0] || all[r][1] != mine[1];
+    free(all);
+    return fetch_auto && push_min > 0 && !any_rdma &&
+           zt_cvar_int("coll_zcopy_transport", 0) != 2 &&
+           (most + servers - 1) / (servers > 0 ? servers : 1) > 1;
 }
 
 static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
@@ -1278,7 +1312,7 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
     /* In a span job WORLD spans servers by construction, and so does its
      * dup; whether a split does depends on how ranks fall on servers. */
     ph->spans = span && (comm == MPI_COMM_WORLD || strcmp(name, "dup") == 0);
-    ph->pushes = ph->spans && phase_pushes(comm);
+    ph->pushes = ph->spans && phase_pushes(ph);
     MPI_Comm_group(MPI_COMM_WORLD, &world);
     MPI_Comm_group(comm, &group);
     for (int j = 0; j < ph->n; j++)
@@ -1547,7 +1581,7 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
     e->inlined = di == 1;
     e->moves = c.coll->moves(&c);
     e->p2p = after.p2p_bytes - before.p2p_bytes;
-    e->block = coll == C_ALLTOALL && c.type ? c.count * c.type->size : 0;
+    e->block = coll == C_ALLTOALL && c.type ? c.count * c.type->extent : 0;
     e->ucx = after.ucx_bytes - before.ucx_bytes + e->p2p;
     e->moved = after.ipc_bytes - before.ipc_bytes + e->ucx;
     e->reason_hash = e->zcopy ? 0 : fnv1a(after.last_fallback_reason);
@@ -1577,10 +1611,13 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
                      ph->name, ph->n, colls[k].name, calls[k]);
 }
 
-/* Whether @e is an alltoall(v), whose large blocks auto may push. */
-static bool pushable(const log_entry_t *e)
+/* Where auto pushes (ph->pushes): an alltoall whose blocks went through
+ * the point-to-point engine, or an alltoallv, whose blocks of either kind
+ * may have, none checked for what it read. */
+static bool pushable(const phase_t *ph, const log_entry_t *e)
 {
-    return e->coll == C_ALLTOALL || e->coll == C_ALLTOALLV;
+    return ph->pushes && (e->coll == C_ALLTOALLV ||
+                          (e->coll == C_ALLTOALL && e->block >= push_min));
 }
 
 /* With "span-p2p" (coll_zcopy_ucx_fetch pml, or a low
@@ -1589,9 +1626,9 @@ static bool pushable(const log_entry_t *e)
  * between servers moved some that way (puts stay UCX's, and a phase may
  * move its data by puts alone only if it has no read: none here). Under
  * auto, where servers have several ranks, alltoall blocks of
- * coll_zcopy_ucx_push_min or more are pushed through it: every such call
- * that ran zero-copy moved bytes that way, and only alltoall(v) did
- * outside span-p2p. */
+ * coll_zcopy_ucx_push_min or more are pushed through it instead of read:
+ * every such call that ran zero-copy received exactly its blocks from
+ * other servers that way, summed over the ranks. */
 static void check_p2p_phase(const phase_t *ph)
 {
     uint64_t mine = 0, p2p = 0, between = 0, all = 0;
@@ -1599,18 +1636,19 @@ static void check_p2p_phase(const phase_t *ph)
 
     for (size_t i = 0; i < ph->nlog; i++) {
         const log_entry_t *e = &ph->log[i];
-        const bool pushed = e->zcopy && !e->inlined && e->moves &&
-                            e->block >= push_min;
 
-        if (pushable(e) && ph->pushes) {
-            /* Over all ranks: each counts the bytes it received. */
+        if (pushable(ph, e)) {
+            if (e->coll != C_ALLTOALL)
+                continue;
             v[0] = e->p2p;
-            v[1] = pushed;
+            v[1] = e->zcopy && !e->inlined ? e->block * (uint64_t)ph->cross
+                                           : 0;
             MPI_Allreduce(v, sum, 2, MPI_UINT64_T, MPI_SUM, ph->comm);
-            ZT_CHECK(!sum[1] || sum[0] > 0, "%s: blocks of %" PRIu64
-                     " bytes (coll_zcopy_ucx_push_min %lu), yet no byte "
-                     "pushed through the point-to-point engine", e->desc,
-                     e->block, push_min);
+            ZT_CHECK(sum[0] == sum[1], "%s: %" PRIu64 " bytes through the "
+                     "point-to-point engine, %" PRIu64 " expected: every "
+                     "block of %" PRIu64 " bytes between servers pushed "
+                     "(coll_zcopy_ucx_push_min %lu)", e->desc, sum[0],
+                     sum[1], e->block, push_min);
             continue;
         }
         mine += e->p2p;

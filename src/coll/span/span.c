@@ -540,30 +540,41 @@ static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
 /* A read answered through the job's point-to-point engine: the receive
  * is posted before the request leaves, so the answer never waits
  * unexpected at this rank. */
-/* Posts a receive of @len bytes from @r into @buf, or (@send) a send of
- * them to @r, through the job's point-to-point engine; NULL, and the call
- * marked failed, when it could not. Not yet in sa->p2p: the caller links
- * it once nothing else can fail (span_p2p_link). */
-static zcopy_span_p2p_t *span_p2p_post(zcopy_span_algo_t *sa,
-                                       zcopy_span_p2p_kind_t kind, int r,
-                                       void *buf, size_t len)
+/* Starts @rd's receive into, or (a pushed block's send) send from, @buf;
+ * the engine's nonzero error code when it would not. */
+static int span_p2p_start(zcopy_span_algo_t *sa, zcopy_span_p2p_t *rd,
+                          void *buf)
 {
     const uint32_t cid = zcopy_host.comm_cid(sa->zc->handle);
-    const bool send = kind == ZCOPY_SPAN_P2P_PUSH_OUT;
+    const zcopy_host_p2p_t tag = rd->kind == ZCOPY_SPAN_P2P_READ
+                                     ? ZCOPY_HOST_P2P_READ
+                                     : ZCOPY_HOST_P2P_PUSH;
+
+    if (rd->kind == ZCOPY_SPAN_P2P_PUSH_OUT)
+        return zcopy_host.p2p_isend(cid, rd->peer, tag, buf, rd->len,
+                                    &rd->req);
+    return zcopy_host.p2p_irecv(cid, rd->peer, tag, buf, rd->len, &rd->req);
+}
+
+/* A read's receive of @len bytes from @r into @dst; NULL, and the call
+ * marked failed, when it could not be posted. Not yet in sa->p2p: the
+ * caller links it once its request has left (span_p2p_link). */
+static zcopy_span_p2p_t *span_read_post(zcopy_span_algo_t *sa, int r,
+                                        void *dst, size_t len)
+{
     zcopy_span_p2p_t *rd = malloc(sizeof(*rd));
 
     if (rd == NULL) {
         zcopy_error(ZCOPY_ERR_NOMEM, "out of memory");
-        span_fail(sa, span_p2p_what(kind), r);
+        span_fail(sa, "read from", r);
         return NULL;
     }
-    *rd = (zcopy_span_p2p_t){ .len = len, .peer = r, .kind = kind };
-    if ((send ? zcopy_host.p2p_isend(cid, r, buf, len, &rd->req)
-              : zcopy_host.p2p_irecv(cid, r, buf, len, &rd->req)) != 0) {
-        zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point %s failed",
-                    send ? "send" : "receive");
+    *rd = (zcopy_span_p2p_t){ .len = len, .peer = r,
+                              .kind = ZCOPY_SPAN_P2P_READ };
+    if (span_p2p_start(sa, rd, dst) != 0) {
+        zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point receive failed");
         free(rd);
-        span_fail(sa, span_p2p_what(kind), r);
+        span_fail(sa, "read from", r);
         return NULL;
     }
     return rd;
@@ -593,7 +604,7 @@ static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
         span_fail(sa, "read from", r);
         return;
     }
-    rd = span_p2p_post(sa, ZCOPY_SPAN_P2P_READ, r, dst, len);
+    rd = span_read_post(sa, r, dst, len);
     if (rd == NULL)
         return;
     if (zcopy_ucx_read_ask(sa->sp->eps[r], addr, rkey, len, cid, sa->rank,
@@ -623,23 +634,61 @@ bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len)
            zcopy_host.comm_cid != NULL;
 }
 
+/* Starts one part of a push whatever happens: its partner waits for it
+ * before the sync that would tell it of a failure here, so a part left
+ * out would hang it. Posts the engine refuses are retried, progressing.
+ * Returns its record, @spare where there was no memory for one: the
+ * caller then waits for it before it leaves the step. */
+static zcopy_span_p2p_t *span_push_part(zcopy_span_algo_t *sa,
+                                        zcopy_span_p2p_kind_t kind, int r,
+                                        void *buf, size_t len,
+                                        zcopy_span_p2p_t *spare)
+{
+    zcopy_span_p2p_t *rd = malloc(sizeof(*rd));
+    zcopy_wait_t w;
+
+    if (rd == NULL)
+        rd = spare;
+    *rd = (zcopy_span_p2p_t){ .len = len, .peer = r, .kind = kind };
+    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "posting a pushed block",
+                    sa->zc->calls);
+    while (span_p2p_start(sa, rd, buf) != 0) {
+        zcopy_ucx_progress();
+        zcopy_wait_turn(&w, r, 1);
+    }
+    if (rd != spare)
+        span_p2p_link(sa, rd);
+    else if (kind == ZCOPY_SPAN_P2P_PUSH_IN)
+        sa->p2p_bytes += len;
+    return rd;
+}
+
 void zcopy_span_push(zcopy_span_algo_t *sa, int from, void *dst, size_t rlen,
                      int to, const void *src, size_t slen)
 {
-    zcopy_span_p2p_t *rd;
+    zcopy_span_p2p_t spare[2], *rd[2] = { NULL, NULL };
+    zcopy_wait_t w;
 
     if (rlen + slen == 0)
         return;
-    /* Posted even where this rank's call has failed: the partners wait
-     * for these parts before the sync that would tell them. */
+    /* Posted even where this rank's call has failed (span_push_part). */
     span_p2p_throttle(sa, (rlen > 0) + (slen > 0));
-    if (rlen > 0 && (rd = span_p2p_post(sa, ZCOPY_SPAN_P2P_PUSH_IN, from,
-                                        dst, rlen)) != NULL)
-        span_p2p_link(sa, rd);
+    if (rlen > 0)
+        rd[0] = span_push_part(sa, ZCOPY_SPAN_P2P_PUSH_IN, from, dst, rlen,
+                               &spare[0]);
     /* The engine only reads a send buffer; its interface takes no const. */
-    if (slen > 0 && (rd = span_p2p_post(sa, ZCOPY_SPAN_P2P_PUSH_OUT, to,
-                                        (void *)(uintptr_t)src, slen)) != NULL)
-        span_p2p_link(sa, rd);
+    if (slen > 0)
+        rd[1] = span_push_part(sa, ZCOPY_SPAN_P2P_PUSH_OUT, to,
+                               (void *)(uintptr_t)src, slen, &spare[1]);
+    /* Both parts of the step are out, so waiting for them here is as safe
+     * as the bound's waits. */
+    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a pushed block",
+                    sa->zc->calls);
+    for (int i = 0; i < 2; i++)
+        while (rd[i] == &spare[i] && !span_p2p_done(sa, rd[i])) {
+            zcopy_ucx_progress();
+            zcopy_wait_turn(&w, rd[i]->peer, 1);
+        }
 }
 
 void zcopy_span_get(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
