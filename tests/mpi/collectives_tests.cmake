@@ -55,6 +55,17 @@ zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.p2p_min.np4
                    MCA coll_zcopy_virtual_servers=2
                        coll_zcopy_span_inline_max=0
                        coll_zcopy_ucx_p2p_min=65536 LABELS span)
+# auto pushes alltoall blocks of coll_zcopy_ucx_push_min or more between
+# servers (256 KiB by default, which only the alltoall sweep's largest
+# blocks reach): at 64 KiB the blocks of 96 KiB (the sweep's largest int32
+# row on 4 ranks) are pushed as well, and test_collectives checks the
+# bytes each call received through the point-to-point engine against the
+# blocks it expects pushed.
+zcopy_add_mpi_test(NAME mpi.collectives.vservers.noinline.push_min.np4
+                   TARGET test_collectives NP 4 ARGS activated span
+                   MCA coll_zcopy_virtual_servers=2
+                       coll_zcopy_span_inline_max=0
+                       coll_zcopy_ucx_push_min=65536 LABELS span)
 # Scale by simulation: 16 ranks on 8 virtual servers of 2 (oversubscribed
 # on 2 cores, so correctness only; 60-110 s here, alone).
 zcopy_add_mpi_test(NAME mpi.collectives.vservers8.np16
