@@ -136,8 +136,10 @@ static int host_p2p_isend(uint32_t cid, int peer, zcopy_host_p2p_t kind,
     rc = MCA_PML_CALL(isend((void *)(uintptr_t)buf, (int)len,
                             &ompi_mpi_byte.dt, peer, host_p2p_tag(kind),
                             MCA_PML_BASE_SEND_STANDARD, comm, &r));
+    /* A request the engine failed to start is not the caller's to wait
+     * for: it may never complete. */
     if (req != NULL)
-        *req = r;
+        *req = rc == OMPI_SUCCESS ? r : NULL;
     else if (rc == OMPI_SUCCESS)
         rc = ompi_request_free(&r);
     return rc;
@@ -154,7 +156,7 @@ static int host_p2p_irecv(uint32_t cid, int peer, zcopy_host_p2p_t kind,
         return MPI_ERR_ARG;
     rc = MCA_PML_CALL(irecv(buf, (int)len, &ompi_mpi_byte.dt, peer,
                             host_p2p_tag(kind), comm, &r));
-    *req = r;
+    *req = rc == OMPI_SUCCESS ? r : NULL;
     return rc;
 }
 

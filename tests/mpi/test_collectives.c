@@ -1272,9 +1272,10 @@ static bool host_has_rdma(void)
  * rank's. */
 static bool phase_pushes(phase_t *ph)
 {
-    const int servers = zt_cvar_int("coll_zcopy_virtual_servers", 1);
+    const int vs = zt_cvar_int("coll_zcopy_virtual_servers", 1);
+    const int servers = vs > 1 ? vs : 1; /* as the library clamps it */
     int local, index, mine[2], most, rdma = host_has_rdma(), any_rdma;
-    int (*all)[2] = malloc(sizeof(*all) * (size_t)ph->n);
+    int all[MAX_RANKS][2];
     MPI_Comm host;
 
     MPI_Comm_split_type(ph->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
@@ -1288,15 +1289,14 @@ static bool phase_pushes(phase_t *ph)
     MPI_Allreduce(&rdma, &any_rdma, 1, MPI_INT, MPI_MAX, ph->comm);
     /* A server: this host (its first rank in the comm) and the run of
      * local ranks. */
-    mine[1] = index / ((local + servers - 1) / (servers > 0 ? servers : 1));
+    mine[1] = index / ((local + servers - 1) / servers);
     MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, ph->comm);
     ph->cross = 0;
     for (int r = 0; r < ph->n; r++)
         ph->cross += all[r][0] != mine[0] || all[r][1] != mine[1];
-    free(all);
     return fetch_auto && push_min > 0 && !any_rdma &&
            zt_cvar_int("coll_zcopy_transport", 0) != 2 &&
-           (most + servers - 1) / (servers > 0 ? servers : 1) > 1;
+           (most + servers - 1) / servers > 1;
 }
 
 static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)

@@ -537,9 +537,6 @@ static void span_wait_p2p(zcopy_span_algo_t *sa, bool all_lost)
     span_p2p_wait(sa, 0);
 }
 
-/* A read answered through the job's point-to-point engine: the receive
- * is posted before the request leaves, so the answer never waits
- * unexpected at this rank. */
 /* Starts @rd's receive into, or (a pushed block's send) send from, @buf;
  * the engine's nonzero error code when it would not. */
 static int span_p2p_start(zcopy_span_algo_t *sa, zcopy_span_p2p_t *rd,
@@ -591,6 +588,9 @@ static void span_p2p_link(zcopy_span_algo_t *sa, zcopy_span_p2p_t *rd)
         sa->p2p_bytes += rd->len;
 }
 
+/* A read answered through the job's point-to-point engine: the receive
+ * is posted before the request leaves, so the answer never waits
+ * unexpected at this rank. */
 static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
                           size_t len, void *dst)
 {
@@ -634,25 +634,46 @@ bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len)
            zcopy_host.comm_cid != NULL;
 }
 
-/* Starts one part of a push whatever happens: its partner waits for it
- * before the sync that would tell it of a failure here, so a part left
- * out would hang it. Posts the engine refuses are retried, progressing.
- * Returns its record, @spare where there was no memory for one: the
- * caller then waits for it before it leaves the step. */
+/* Starts one part of a push whatever failed before: its partner waits
+ * for it before the sync that would tell it of a failure here, so a part
+ * left out would hang it. A receive the engine refuses is retried,
+ * progressing (ob1 refuses one only for want of a request, and takes
+ * nothing meanwhile); a refused send is not, since ob1 has then used up
+ * the message's sequence number, and a retry would never match: the
+ * call fails instead, and the error (fatal, under MPI's default handler)
+ * ends the job rather than a hang. Returns its record, @spare where there
+ * was no memory for one (the caller then waits for it before it leaves
+ * the step), NULL for a refused send. */
 static zcopy_span_p2p_t *span_push_part(zcopy_span_algo_t *sa,
                                         zcopy_span_p2p_kind_t kind, int r,
                                         void *buf, size_t len,
                                         zcopy_span_p2p_t *spare)
 {
     zcopy_span_p2p_t *rd = malloc(sizeof(*rd));
+    unsigned refused = 0;
     zcopy_wait_t w;
+    int rc;
 
     if (rd == NULL)
         rd = spare;
     *rd = (zcopy_span_p2p_t){ .len = len, .peer = r, .kind = kind };
     zcopy_wait_init(&w, sa->sp->yield, sa->rank, "posting a pushed block",
                     sa->zc->calls);
-    while (span_p2p_start(sa, rd, buf) != 0) {
+    while ((rc = span_p2p_start(sa, rd, buf)) != 0) {
+        if (!refused++)
+            zcopy_log(ZCOPY_LOG_WARN, "coll", "rank %d: the point-to-point "
+                      "engine refused a pushed block's %s (%s rank %d, "
+                      "error %d)%s", sa->rank,
+                      kind == ZCOPY_SPAN_P2P_PUSH_OUT ? "send" : "receive",
+                      kind == ZCOPY_SPAN_P2P_PUSH_OUT ? "to" : "from", r, rc,
+                      kind == ZCOPY_SPAN_P2P_PUSH_OUT ? "" : "; retrying");
+        if (kind == ZCOPY_SPAN_P2P_PUSH_OUT) {
+            zcopy_error(ZCOPY_ERR_INTERNAL, "the point-to-point send failed");
+            span_fail(sa, "push to", r);
+            if (rd != spare)
+                free(rd);
+            return NULL;
+        }
         zcopy_ucx_progress();
         zcopy_wait_turn(&w, r, 1);
     }
