@@ -62,6 +62,42 @@ zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
     return zcopy_error(st, "%s: %s", what, ucs_status_string(status));
 }
 
+bool zcopy_ucx_info_names_rma(zcopy_ucx_print_fn_t print, void *obj,
+                              const char *mark, const char *sep, bool unknown)
+{
+    char rc[16], dc[16], *text = NULL, *line, *save = NULL;
+    size_t len = 0;
+    bool network = false;
+    FILE *f = open_memstream(&text, &len);
+
+    if (f == NULL)
+        return unknown;
+    print(obj, f);
+    fclose(f);
+    snprintf(rc, sizeof(rc), "%src_", sep);
+    snprintf(dc, sizeof(dc), "%sdc_", sep);
+    for (line = text ? strtok_r(text, "\n", &save) : NULL;
+         line != NULL && !network; line = strtok_r(NULL, "\n", &save))
+        network = strstr(line, mark) != NULL &&
+                  (strstr(line, rc) != NULL || strstr(line, dc) != NULL);
+    free(text);
+    return network;
+}
+
+static void ucx_print_context(void *context, FILE *f)
+{
+    ucp_context_print_info(context, f);
+}
+
+/* The context's resources ("resource 3 : md 2 dev 3 flags -- rc_mlx5/...");
+ * where they cannot be printed, as if it had one, which only forgoes
+ * pushes. */
+static bool ucx_has_rma_network(ucp_context_h context)
+{
+    return zcopy_ucx_info_names_rma(ucx_print_context, context, "resource",
+                                    "-- ", true);
+}
+
 /* UCX's configuration, with one default of ours: tagged messages go eager
  * at every size (RNDV_THRESH inf) unless the environment says otherwise
  * (a ucx.conf setting is overridden: 1.13 gives no way to tell it apart).
@@ -71,37 +107,6 @@ zcopy_status_t zcopy_ucx_error(ucs_status_t status, const char *fmt, ...)
  * progress to each of them, and on tcp in UCX 1.13 a pipeline of emulated
  * gets: 2x slower from 32 KiB up on the emulated cluster (src/ucx/README.md,
  * "Eager tagged messages"). */
-bool zcopy_ucx_info_names_rma(char *text, const char *mark, const char *sep)
-{
-    char rc[16], dc[16], *line, *save = NULL;
-    bool network = false;
-
-    snprintf(rc, sizeof(rc), "%src_", sep);
-    snprintf(dc, sizeof(dc), "%sdc_", sep);
-    for (line = text ? strtok_r(text, "\n", &save) : NULL;
-         line != NULL && !network; line = strtok_r(NULL, "\n", &save))
-        network = strstr(line, mark) != NULL &&
-                  (strstr(line, rc) != NULL || strstr(line, dc) != NULL);
-    return network;
-}
-
-/* The context's resources ("resource 3 : md 2 dev 3 flags -- rc_mlx5/..."). */
-static bool ucx_has_rma_network(ucp_context_h context)
-{
-    char *text = NULL;
-    size_t len = 0;
-    bool network;
-    FILE *f = open_memstream(&text, &len);
-
-    if (f == NULL)
-        return true; /* unknown: as if it had, which only forgoes pushes */
-    ucp_context_print_info(context, f);
-    fclose(f);
-    network = zcopy_ucx_info_names_rma(text, "resource", "-- ");
-    free(text);
-    return network;
-}
-
 static ucs_status_t ucx_read_config(ucp_config_t **config)
 {
     ucs_status_t us = ucp_config_read(NULL, NULL, config);

@@ -43,20 +43,14 @@ static bool ep_matches(const zcopy_ucx_ep_t *ep, const zcopy_ucx_peer_key_t *key
  * in 1.13 cma carries no get of registered memory (gets go to the rma
  * lanes, sysv and posix there, which emulate them), and a get over it
  * waited for the target's progress (src/ucx/README.md, "cma on one host"). */
+static void ep_print(void *handle, FILE *f)
+{
+    ucp_ep_print_info(handle, f);
+}
+
 static bool ep_rma_native(ucp_ep_h handle)
 {
-    char *text = NULL;
-    size_t len = 0;
-    bool network;
-    FILE *f = open_memstream(&text, &len);
-
-    if (f == NULL)
-        return false;
-    ucp_ep_print_info(handle, f);
-    fclose(f);
-    network = zcopy_ucx_info_names_rma(text, "lane[", ":");
-    free(text);
-    return network;
+    return zcopy_ucx_info_names_rma(ep_print, handle, "lane[", ":", false);
 }
 
 static zcopy_status_t ep_connect_locked(zcopy_ucx_ep_t *ep)

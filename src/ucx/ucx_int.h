@@ -8,6 +8,7 @@
 #include "ucx.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <ucp/api/ucp.h>
 
 struct zcopy_ucx_rkey {
@@ -52,9 +53,12 @@ typedef enum {
     UCX_STATE_FAILED              /* tried, failed; not retried */
 } ucx_state_t;
 
-/* Whether a line of UCX's printed @text (cut up in place) that holds
- * @mark names an rc or dc transport right after @sep. */
-bool zcopy_ucx_info_names_rma(char *text, const char *mark, const char *sep);
+/* Whether a line of what @print writes of @obj (ucp_*_print_info) that
+ * holds @mark names an rc or dc transport right after @sep; @unknown when
+ * nothing could be printed. */
+typedef void (*zcopy_ucx_print_fn_t)(void *obj, FILE *f);
+bool zcopy_ucx_info_names_rma(zcopy_ucx_print_fn_t print, void *obj,
+                              const char *mark, const char *sep, bool unknown);
 
 /* One per process: the context and worker are per process by design (one
  * worker serves every communicator; see ucx.h for the lock). */

@@ -475,7 +475,7 @@ static void span_p2p_lose(zcopy_span_p2p_t *p2p, int peer, bool all)
             rd->lost = true;
 }
 
-/* Frees the reads that have finished; returns how many have not. */
+/* Frees the transfers that have finished; returns how many have not. */
 static unsigned span_p2p_retire(zcopy_span_algo_t *sa)
 {
     zcopy_span_p2p_t **link = &sa->p2p;
@@ -494,12 +494,14 @@ static unsigned span_p2p_retire(zcopy_span_algo_t *sa)
     return sa->p2p_inflight;
 }
 
-/* Retires reads until at most @most remain, progressing meanwhile. */
+/* Retires transfers until at most @most remain, progressing meanwhile. */
 static void span_p2p_wait(zcopy_span_algo_t *sa, unsigned most)
 {
     zcopy_wait_t w;
 
-    zcopy_wait_init(&w, sa->sp->yield, sa->rank, "a read", sa->zc->calls);
+    zcopy_wait_init(&w, sa->sp->yield, sa->rank,
+                    "a transfer through the point-to-point engine",
+                    sa->zc->calls);
     while (span_p2p_retire(sa) > most) {
         zcopy_ucx_progress();
         zcopy_wait_turn(&w, sa->p2p->peer, 1);
