@@ -40,6 +40,11 @@ foreach(np 2 3)
                      MCA coll_zcopy_root_moves_max=0)
   zcopy_add_mpi_test(NAME mpi.citizen.setupretry.np${np} TARGET test_citizen
                      NP ${np} ARGS setupretry)
+  # Each rank moves its block with the root (np 3 waits yield: the root
+  # would otherwise move every block itself, test_root_moves).
+  zcopy_add_mpi_test(NAME mpi.citizen.mapfail_rooted.np${np}
+                     TARGET test_citizen NP ${np} ARGS mapfail-rooted
+                     MCA coll_zcopy_root_moves_max=0)
 endforeach()
 zcopy_add_mpi_test(NAME mpi.citizen.settings.np3 TARGET test_citizen NP 3 ARGS settings)
 # Two application contexts: rank 0 runs with PARAM=VALUE, the other two
@@ -76,6 +81,7 @@ foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           settings_rooted_yield.np3 settings_one_per_server.np3 release.np2
           mapfail.np2 mapfail.np3
           mapfail_inplace.np2 mapfail_inplace.np3
+          mapfail_rooted.np2 mapfail_rooted.np3
           setupretry.np2 setupretry.np3)
   set_tests_properties(mpi.citizen.${t} PROPERTIES TIMEOUT 120)
 endforeach()

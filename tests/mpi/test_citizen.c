@@ -996,6 +996,155 @@ static void run_mapfail_in_place(void)
     }
 }
 
+/* --- rooted calls whose blocks a rank cannot reach ------------------------ */
+
+/* bcast, scatter(v) and gather(v) end with every rank other than the root
+ * leaving once it has moved its own block with the root's buffer; only
+ * the root waits. A rank that cannot map the root's memory then moves its
+ * block with the root through the point-to-point engine: both count a
+ * fallback ("could not be mapped"), every other rank a zero-copy call, and
+ * every result is right. */
+typedef enum { RT_BCAST, RT_SCATTER, RT_SCATTERV, RT_GATHER, RT_GATHERV } rt_coll_t;
+
+static const char *const rt_names[] = { "bcast", "scatter", "scatterv",
+                                        "gather", "gatherv" };
+
+/* Doubles in rank @r's block: uneven in the v-forms. */
+static int rt_count(rt_coll_t coll, int base, int r)
+{
+    return coll == RT_SCATTERV || coll == RT_GATHERV ? base + 512 * r : base;
+}
+
+static double rt_value(int r, size_t i)
+{
+    return 10000.0 * r + (double)(i % 1013);
+}
+
+static void mapfail_rooted(rt_coll_t coll, int base, int root, unsigned victims)
+{
+    const bool victim = victims >> rank & 1;
+    const bool repairs = victim || (rank == root && victims != 0);
+    int *counts = calloc((size_t)size, sizeof(int));
+    int *displs = calloc((size_t)size, sizeof(int));
+    struct rlimit old, tight;
+    MPIX_Zcopy_stats before, after;
+    zt_arena_t arena;
+    size_t used = 0, total = 0, bad = 0;
+    double *big, *mine;
+    char what[112];
+    int rc = MPI_ERR_OTHER, n;
+
+    zt_require(counts != NULL && displs != NULL, "calloc");
+    for (int r = 0; r < size; r++) {
+        counts[r] = rt_count(coll, base, r);
+        displs[r] = (int)total;
+        total += (size_t)counts[r];
+    }
+    n = counts[rank];
+    zt_arena_init(&arena, MPI_COMM_WORLD, 64 * MIB);
+    big = zt_arena_alloc(&arena, &used, total * sizeof(double));
+    mine = zt_arena_alloc(&arena, &used, (size_t)n * sizeof(double));
+    snprintf(what, sizeof(what), "%s of %d doubles per rank, root %d, ranks "
+             "%#x out of address space", rt_names[coll], base, root, victims);
+    for (size_t i = 0; i < total; i++)
+        big[i] = rank == root || coll == RT_GATHER || coll == RT_GATHERV
+                     ? -1 : -2;
+    if (rank == root && coll != RT_GATHER && coll != RT_GATHERV)
+        for (int r = 0; r < size; r++)
+            for (int i = 0; i < counts[r]; i++)
+                big[displs[r] + i] = rt_value(coll == RT_BCAST ? root : r,
+                                              (size_t)i);
+    for (int i = 0; i < n; i++)
+        mine[i] = coll == RT_GATHER || coll == RT_GATHERV
+                      ? rt_value(rank, (size_t)i) : -1;
+    getrlimit(RLIMIT_AS, &old);
+    tight = old;
+    if (victim) {
+        tight.rlim_cur = proc_vm_size() + 16 * MIB;
+        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+    }
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    switch (coll) {
+    case RT_BCAST:
+        rc = MPI_Bcast(big, base, MPI_DOUBLE, root, MPI_COMM_WORLD);
+        break;
+    case RT_SCATTER:
+        rc = MPI_Scatter(big, base, MPI_DOUBLE, mine, base, MPI_DOUBLE, root,
+                         MPI_COMM_WORLD);
+        break;
+    case RT_SCATTERV:
+        rc = MPI_Scatterv(big, counts, displs, MPI_DOUBLE, mine, n,
+                          MPI_DOUBLE, root, MPI_COMM_WORLD);
+        break;
+    case RT_GATHER:
+        rc = MPI_Gather(mine, base, MPI_DOUBLE, big, base, MPI_DOUBLE, root,
+                        MPI_COMM_WORLD);
+        break;
+    case RT_GATHERV:
+        rc = MPI_Gatherv(mine, n, MPI_DOUBLE, big, counts, displs, MPI_DOUBLE,
+                         root, MPI_COMM_WORLD);
+        break;
+    }
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    if (victim)
+        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+    if (coll == RT_BCAST)
+        for (int i = 0; i < base; i++)
+            bad += big[i] != rt_value(root, (size_t)i);
+    else if (coll == RT_SCATTER || coll == RT_SCATTERV)
+        for (int i = 0; i < n; i++)
+            bad += mine[i] != rt_value(rank, (size_t)i);
+    else if (rank == root)
+        for (int r = 0; r < size; r++)
+            for (int i = 0; i < counts[r]; i++)
+                bad += big[displs[r] + i] != rt_value(r, (size_t)i);
+    ZT_CHECK(bad == 0, "%s: %zu wrong elements on rank %d", what, bad, rank);
+    if (repairs)
+        ZT_CHECK(after.fallback_calls == before.fallback_calls + 1 &&
+                 after.zcopy_calls == before.zcopy_calls &&
+                 strstr(after.last_fallback_reason, "could not be mapped"),
+                 "%s: rank %d: zcopy +%llu fallback +%llu, reason \"%s\"",
+                 what, rank,
+                 (unsigned long long)(after.zcopy_calls - before.zcopy_calls),
+                 (unsigned long long)(after.fallback_calls -
+                                      before.fallback_calls),
+                 after.last_fallback_reason);
+    else
+        ZT_CHECK(after.zcopy_calls == before.zcopy_calls + 1 &&
+                 after.fallback_calls == before.fallback_calls,
+                 "%s: rank %d, not involved, did not stay zero-copy (zcopy "
+                 "+%llu fallback +%llu, %s)", what, rank,
+                 (unsigned long long)(after.zcopy_calls - before.zcopy_calls),
+                 (unsigned long long)(after.fallback_calls -
+                                      before.fallback_calls),
+                 after.last_fallback_reason);
+    MPI_Barrier(MPI_COMM_WORLD);
+    zt_arena_fini(&arena);
+    free(counts);
+    free(displs);
+}
+
+/* 2048 doubles: 16 KiB, past the inline limits and within
+ * coll_zcopy_small_msg, where a bcast's ranks pull the whole message from
+ * the root. Victims: a rank other than the root, and (np 3 and more) all
+ * of them. */
+static void run_mapfail_rooted(void)
+{
+    const int base = 2048;
+
+    for (int c = RT_BCAST; c <= RT_GATHERV; c++) {
+        mapfail_rooted((rt_coll_t)c, base, 0, 1u << (size - 1));
+        mapfail_rooted((rt_coll_t)c, base, size - 1, 1u);
+        if (size > 2)
+            mapfail_rooted((rt_coll_t)c, base, 0,
+                           ((1u << size) - 1) & ~1u);
+        mapfail_rooted((rt_coll_t)c, base, 0, 0);
+    }
+}
+
 /* --- set-up retried after running out of memory --------------------------- */
 
 static void run_setupretry(void)
@@ -1503,6 +1652,7 @@ static const struct {
     { "settings", run_settings_info }, { "settings-mca", run_settings_mca },
     { "release", run_release },       { "mapfail", run_mapfail },
     { "mapfail-inplace", run_mapfail_in_place },
+    { "mapfail-rooted", run_mapfail_rooted },
     { "setupretry", run_setupretry }, { "stats", run_stats },
     { "replan", run_replan },         { "idle", run_idle },
     { "sleep", run_sleep },

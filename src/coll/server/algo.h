@@ -6,9 +6,11 @@
  * loads and stores through peers' mappings, then zcopy_ctl_sync so that no
  * rank returns while a peer may still touch its buffers; or, where only the
  * root touched peers' buffers, zcopy_ctl_sync_from, for which the others
- * wait for the root alone. Every rank passes the same syncs whatever its
- * role, even after a failure (which it reports through the sync), so a
- * failure can never hang the job.
+ * wait for the root alone; or, where every rank touched only the root's
+ * buffers and its own, zcopy_ctl_sync_to, for which the root waits for
+ * the others and they for nobody (movement.c's rooted_done). Every rank
+ * passes the same syncs whatever its role, even after a failure (which it
+ * reports through the sync), so a failure can never hang the job.
  */
 #ifndef ZCOPY_COLL_ALGO_H
 #define ZCOPY_COLL_ALGO_H

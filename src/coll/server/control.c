@@ -649,20 +649,30 @@ uint32_t zcopy_ctl_reason(const zcopy_ctl_t *ctl, int rank, uint64_t seq)
     return v >> 8 == seq ? (uint32_t)(v & 0xffu) : ZCOPY_CTL_REASON_UNKNOWN;
 }
 
-unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
+/* Stores this rank's word of the next sync, with @flags; returns the
+ * sync's number. Release: every load and store this rank made on peers'
+ * buffers happens before any peer that sees the word passes the sync. */
+static uint64_t ctl_sync_store(zcopy_ctl_t *ctl, unsigned flags)
 {
     zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
-    uint64_t target = ++ctl->syncs;
-    unsigned any = flags & ZCOPY_SYNC_MASK;
+    const uint64_t target = ++ctl->syncs;
+
+    ctl_count(ctl, sizeof(own->sync));
+    atomic_store_explicit(&own->sync,
+                          target << ZCOPY_SYNC_BITS | (flags & ZCOPY_SYNC_MASK),
+                          memory_order_release);
+    zcopy_ctl_ring(ctl);
+    return target;
+}
+
+/* Waits for every rank's word of sync @target; returns what they
+ * reported, or-ed together. */
+static unsigned ctl_sync_wait_all(zcopy_ctl_t *ctl, uint64_t target)
+{
+    unsigned any = 0;
     zcopy_wait_t w;
 
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
-    ctl_count(ctl, sizeof(own->sync));
-    /* Release: every load and store this rank made on peers' buffers
-     * happens before any peer passes this sync. */
-    atomic_store_explicit(&own->sync, target << ZCOPY_SYNC_BITS | any,
-                          memory_order_release);
-    zcopy_ctl_ring(ctl);
     for (int r = 0; r < ctl->nranks; r++) {
         const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, r);
         const ctl_until_t until = { .word = &slot->sync,
@@ -676,23 +686,22 @@ unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
     return any;
 }
 
+unsigned zcopy_ctl_sync_flags(zcopy_ctl_t *ctl, unsigned flags)
+{
+    return ctl_sync_wait_all(ctl, ctl_sync_store(ctl, flags));
+}
+
 unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags)
 {
-    zcopy_ctl_slot_t *own = zcopy_ctl_slot(ctl, ctl->rank);
     const zcopy_ctl_slot_t *slot = zcopy_ctl_slot(ctl, leader);
-    uint64_t target = ++ctl->syncs;
+    const uint64_t target = ctl_sync_store(ctl, flags);
+    /* The leader's word is rewritten only at its next sync, after this
+     * rank has arrived at the next collective: read in time. */
     const ctl_until_t until = { .word = &slot->sync, .shift = ZCOPY_SYNC_BITS,
                                 .min = target };
     zcopy_wait_t w;
     uint64_t v;
 
-    ctl_count(ctl, sizeof(own->sync));
-    /* The leader's word is rewritten only at its next sync, after this
-     * rank has arrived at the next collective: read in time. */
-    atomic_store_explicit(&own->sync,
-                          target << ZCOPY_SYNC_BITS | (flags & ZCOPY_SYNC_MASK),
-                          memory_order_release);
-    zcopy_ctl_ring(ctl);
     if (ctl->rank == leader)
         return flags & ZCOPY_SYNC_MASK;
     ctl_wait_init(&w, ctl, "a step of a zero-copy collective", ctl->seq);
@@ -701,6 +710,15 @@ unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags)
     while (!ctl_until_met(&until, &v))
         ctl_relax(ctl, &w, leader, &until);
     return (unsigned)(v & ZCOPY_SYNC_MASK);
+}
+
+unsigned zcopy_ctl_sync_to(zcopy_ctl_t *ctl, int leader, unsigned flags)
+{
+    const uint64_t target = ctl_sync_store(ctl, flags);
+
+    if (ctl->rank != leader)
+        return flags & ZCOPY_SYNC_MASK;
+    return ctl_sync_wait_all(ctl, target);
 }
 
 zcopy_status_t zcopy_ctl_map(zcopy_ctl_t *ctl, int rank, uintptr_t addr,

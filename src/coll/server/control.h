@@ -37,8 +37,9 @@
  *
  * Syncs come only after a collective's arrivals, so a rank stores its next
  * sync word only once every peer has entered the next collective, that is,
- * has read this one's words. That is what lets a one-sided sync
- * (zcopy_ctl_sync_from) leave its leader free at once.
+ * has read this one's words. That is what lets a one-sided sync leave
+ * its leader (zcopy_ctl_sync_from), or every rank but its leader
+ * (zcopy_ctl_sync_to), free at once.
  */
 #ifndef ZCOPY_COLL_CONTROL_H
 #define ZCOPY_COLL_CONTROL_H
@@ -283,11 +284,22 @@ static inline bool zcopy_ctl_sync(zcopy_ctl_t *ctl, bool failed)
  * leader reported. */
 unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags);
 
+/* The mirror image: a sync after a step in which every rank touched only
+ * @leader's buffers and its own, so that a failure concerns the rank that
+ * had it and the leader alone. Every rank counts it as a full sync; the
+ * others store their word and leave at once, and the leader waits for
+ * every word, as a root that owns the buffers the others read or write
+ * must. Returns what this rank reported, or at the leader what every
+ * rank did. Where ranks outnumber cores, no rank is then left waiting
+ * for a turn of the CPU after the last store it needs: the leader is the
+ * last to leave, and it yields while it waits. */
+unsigned zcopy_ctl_sync_to(zcopy_ctl_t *ctl, int leader, unsigned flags);
+
 /* Whether @rank reported FAILED at the sync this rank passed last, a full
- * one (after a one-sided sync, peers other than its leader may not have
- * stored their word yet): the same answer on every rank until the next
- * collective's first sync, which no rank can pass before every rank has
- * left this one. */
+ * one or, at its leader, one to it (after a one-sided sync, other peers
+ * may not have stored their word yet): the same answer on every rank
+ * that may ask until the next collective's first sync, which no rank can
+ * pass before every rank has left this one. */
 static inline bool zcopy_ctl_failed_at_sync(const zcopy_ctl_t *ctl, int rank)
 {
     return atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,

@@ -6,9 +6,17 @@
  * block itself instead (server/run.c says when), and only it can fail.
  * Peers are visited starting after this rank so that ranks do not all read
  * the same peer first. No rank writes any input (in place included), so a
- * call a rank could not finish is redone by the fallback.
+ * call a rank could not finish is redone by the fallback; except where
+ * each rank moved one block with the root, whose ranks other than the
+ * root leave at once (rooted_done), and a block that could not be moved
+ * travels between its rank and the root instead.
  */
 #include "algo.h"
+
+#include "coll/wait.h"
+#include "host/host.h"
+
+#include <limits.h>
 
 /* Byte offset and length of block @j in a (v-)layout of @elem-byte items. */
 static void block_of(bool vector, const int *counts, const int *displs,
@@ -21,6 +29,102 @@ static void block_of(bool vector, const int *counts, const int *displs,
         *off = count * elem * (size_t)j;
         *len = count * elem;
     }
+}
+
+/* Whether a block can travel through the job's point-to-point engine:
+ * where the host has one (Open MPI's component; not the library alone). */
+static bool repairs_by_p2p(void)
+{
+    return zcopy_host.p2p_isend != NULL && zcopy_host.p2p_irecv != NULL &&
+           zcopy_host.p2p_done != NULL && zcopy_host.comm_cid != NULL;
+}
+
+/* Sends (@send) or receives @len bytes at @buf to or from @peer through
+ * the point-to-point engine, under the pushed blocks' tag (a server's
+ * communicator has no pushes of its own), and waits for it. */
+static zcopy_status_t repair_block(zcopy_algo_t *al, int peer, bool send,
+                                   void *buf, size_t len)
+{
+    const uint32_t cid = zcopy_host.comm_cid(al->zc->handle);
+    void *req = NULL;
+    bool failed = false;
+    size_t moved = 0;
+    zcopy_wait_t w;
+    int rc;
+
+    if (len > INT_MAX)
+        return zcopy_error(ZCOPY_ERR_RANGE, "%s: a block of %zu bytes is "
+                           "beyond one point-to-point message",
+                           zcopy_coll_names[al->a->type], len);
+    rc = send ? zcopy_host.p2p_isend(cid, peer, ZCOPY_HOST_P2P_PUSH, buf, len,
+                                     &req)
+              : zcopy_host.p2p_irecv(cid, peer, ZCOPY_HOST_P2P_PUSH, buf, len,
+                                     &req);
+    if (rc != 0 || req == NULL)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: the point-to-point engine "
+                           "refused a block %s rank %d (error %d)",
+                           zcopy_coll_names[al->a->type], send ? "to" : "from",
+                           peer, rc);
+    zcopy_wait_init(&w, al->ctl->yield, al->rank,
+                    "a block through the point-to-point engine", al->seq);
+    while (!zcopy_host.p2p_done(req, &moved, &failed))
+        zcopy_wait_relax(&w, peer);
+    if (failed || moved != len)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: a block %s rank %d failed "
+                           "in the point-to-point engine (%zu of %zu bytes)",
+                           zcopy_coll_names[al->a->type], send ? "to" : "from",
+                           peer, moved, len);
+    return ZCOPY_SUCCESS;
+}
+
+/* Where block @j of a rooted call lies in the root's buffers: *@buf and
+ * *@len, and whether the root sends it (bcast, scatter) or receives it
+ * (gather). */
+typedef bool (*root_block_fn_t)(zcopy_algo_t *al, int j, uint8_t **buf,
+                                size_t *len);
+
+/* The end of a rooted call in which each rank moved its one block with
+ * the root through the mappings. A rank other than the root reports and
+ * leaves: nothing of its own is read or written by anyone else. The root
+ * waits for every report, since the others read or wrote its buffers.
+ * A rank that could not reach the root (@mine, @len: its side of its
+ * block; @to_root: whether it sends it) then moves its block with the
+ * root through the point-to-point engine; both count the call as a
+ * fallback, the other ranks as zero-copy. Without that engine, every rank
+ * waits for every report and falls back together, as other calls do. */
+static zcopy_status_t rooted_done(zcopy_algo_t *al, void *mine, size_t len,
+                                  bool to_root, root_block_fn_t root_block)
+{
+    const int root = al->a->root;
+    zcopy_status_t st = ZCOPY_SUCCESS;
+
+    if (!repairs_by_p2p())
+        return zcopy_algo_done(al);
+    if (al->rank != root) {
+        zcopy_ctl_sync_to(al->ctl, root, zcopy_algo_report(al));
+        if (!al->failed)
+            return ZCOPY_SUCCESS;
+        st = repair_block(al, root, to_root, mine, len);
+        return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
+    }
+    /* The root reaches no peer here, so only the others can have failed. */
+    if (zcopy_ctl_sync_to(al->ctl, root, zcopy_algo_report(al)) == 0)
+        return ZCOPY_SUCCESS;
+    for (int j = 0; j < al->nranks; j++) {
+        uint8_t *buf;
+        size_t n;
+        bool send;
+        zcopy_status_t one;
+
+        if (j == root || !zcopy_ctl_failed_at_sync(al->ctl, j))
+            continue;
+        send = root_block(al, j, &buf, &n);
+        /* Every failed rank waits for its block: serve them all. */
+        one = repair_block(al, j, send, buf, n);
+        if (st == ZCOPY_SUCCESS)
+            st = one;
+    }
+    return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
 }
 
 /* Pulls every other rank's input into this rank's output, laid out as
@@ -72,6 +176,15 @@ static zcopy_status_t bcast_by_root(zcopy_algo_t *al, size_t len)
     return zcopy_algo_done_by_root(al);
 }
 
+static bool bcast_root_block(zcopy_algo_t *al, int j, uint8_t **buf,
+                             size_t *len)
+{
+    (void)j;
+    *buf = al->a->rbuf;
+    *len = al->a->rcount * al->rsize;
+    return true;
+}
+
 /* Small: every rank pulls the whole message from the root. Large: the
  * message is cut into one slice per rank and rank k copies slice k from the
  * root to every other rank, so all ranks copy at once, the root included. */
@@ -88,7 +201,7 @@ zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al)
     if (len <= zcopy_config.small_msg) {
         if (r != root)
             zcopy_algo_copy(al, al->a->rbuf, src, len, true);
-        goto out;
+        return rooted_done(al, al->a->rbuf, len, false, bcast_root_block);
     }
     lo = zcopy_align_up(len * (size_t)r / (size_t)n, ZCOPY_CACHE_LINE);
     hi = r + 1 == n ? len
@@ -104,7 +217,6 @@ zcopy_status_t zcopy_algo_bcast(zcopy_algo_t *al)
                                       hi - lo),
                         src + lo, hi - lo, true);
     }
-out:
     return zcopy_algo_done(al);
 }
 
@@ -126,6 +238,18 @@ static zcopy_status_t gather_by_root(zcopy_algo_t *al, bool vector)
     return zcopy_algo_done_by_root(al);
 }
 
+static bool gather_root_block(zcopy_algo_t *al, int j, uint8_t **buf,
+                              size_t *len)
+{
+    const zcopy_coll_args_t *a = al->a;
+    size_t off;
+
+    block_of(a->type == ZCOPY_COLL_GATHERV, a->rcounts, a->rdispls, a->rcount,
+             al->rsize, j, &off, len);
+    *buf = (uint8_t *)a->rbuf + off;
+    return false;
+}
+
 zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
 {
     const zcopy_coll_args_t *a = al->a;
@@ -144,7 +268,8 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
     else if (a->sbuf != MPI_IN_PLACE)
         zcopy_algo_copy(al, (uint8_t *)a->rbuf + root_offset(al, vector, len, r),
                         a->sbuf, len, false);
-    return zcopy_algo_done(al);
+    return rooted_done(al, (void *)(uintptr_t)a->sbuf, len, true,
+                       gather_root_block);
 }
 
 /* The root pushes every block into its rank's output (its own layout). */
@@ -174,6 +299,18 @@ static zcopy_status_t scatter_by_root(zcopy_algo_t *al, bool vector)
     return zcopy_algo_done_by_root(al);
 }
 
+static bool scatter_root_block(zcopy_algo_t *al, int j, uint8_t **buf,
+                               size_t *len)
+{
+    const zcopy_coll_args_t *a = al->a;
+    size_t off;
+
+    block_of(a->type == ZCOPY_COLL_SCATTERV, a->scounts, a->sdispls,
+             a->scount, al->ssize, j, &off, len);
+    *buf = (uint8_t *)(uintptr_t)a->sbuf + off;
+    return true;
+}
+
 zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
 {
     const zcopy_coll_args_t *a = al->a;
@@ -196,5 +333,6 @@ zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
                         (const uint8_t *)a->sbuf + root_offset(al, vector, len, r),
                         len, false);
     }
-    return zcopy_algo_done(al);
+    return rooted_done(al, a->rbuf, a->rcount * al->rsize, false,
+                       scatter_root_block);
 }
