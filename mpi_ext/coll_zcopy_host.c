@@ -20,16 +20,21 @@
 #include <limits.h>
 #include <stdlib.h>
 
-/* The tags of the spanning collectives' transfers through the PML:
- * blocking collectives' that zcopy never takes, which no other message on
- * the communicator can carry meanwhile (one blocking collective at a time
- * runs on a communicator, and a finished one has matched all of its
- * messages, but for the answer to a read whose request was reported lost
- * and arrived all the same: coll_zcopy_ucx_fetch auto then stops reading
- * through this engine on the communicator, and pushes have a tag of
- * their own). Not a tag of a collective that zcopy runs through the
- * previous component in the middle of its own (alltoallv's displacements
- * go through its alltoall, while faster ranks may already push). */
+/* The tags of zcopy's transfers through the PML: blocking collectives'
+ * that zcopy never takes, which no other message on the communicator can
+ * carry meanwhile (one blocking collective at a time runs on a
+ * communicator, and a finished one has matched all of its messages, but
+ * for the answer to a read whose request was reported lost and arrived
+ * all the same: coll_zcopy_ucx_fetch auto then stops reading through this
+ * engine on the communicator, and pushes have a tag of their own; and a
+ * rooted call's repaired block inside a server, whose eager send may
+ * still be unmatched when its rank leaves: its receive names its source,
+ * is posted before the root leaves the call, and MPI keeps the messages
+ * of one source and tag in order, so a following MPI_Exscan's message
+ * cannot overtake it). Not a tag of a collective that zcopy runs through
+ * the previous component in the middle of its own (alltoallv's
+ * displacements go through its alltoall, while faster ranks may already
+ * push). */
 #define ZCOPY_P2P_READ_TAG MCA_COLL_BASE_TAG_ALLTOALLW
 #define ZCOPY_P2P_PUSH_TAG MCA_COLL_BASE_TAG_EXSCAN
 

@@ -1004,7 +1004,9 @@ static void run_mapfail_in_place(void)
  * block with the root through the point-to-point engine: both count a
  * fallback ("could not be mapped"), every other rank a zero-copy call, and
  * every result is right. */
-typedef enum { RT_BCAST, RT_SCATTER, RT_SCATTERV, RT_GATHER, RT_GATHERV } rt_coll_t;
+typedef enum {
+    RT_BCAST, RT_SCATTER, RT_SCATTERV, RT_GATHER, RT_GATHERV
+} rt_coll_t;
 
 static const char *const rt_names[] = { "bcast", "scatter", "scatterv",
                                         "gather", "gatherv" };
@@ -1020,8 +1022,13 @@ static double rt_value(int r, size_t i)
     return 10000.0 * r + (double)(i % 1013);
 }
 
-static void mapfail_rooted(rt_coll_t coll, int base, int root, unsigned victims)
+/* In the v-forms the blocks lie in the root's buffer in reverse rank
+ * order; @in_place: MPI_IN_PLACE at the root (not bcast). */
+static void mapfail_rooted(rt_coll_t coll, int base, int root,
+                           unsigned victims, bool in_place)
 {
+    const bool gather = coll == RT_GATHER || coll == RT_GATHERV;
+    const bool vector = coll == RT_SCATTERV || coll == RT_GATHERV;
     const bool victim = victims >> rank & 1;
     const bool repairs = victim || (rank == root && victims != 0);
     int *counts = calloc((size_t)size, sizeof(int));
@@ -1037,21 +1044,27 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root, unsigned victims)
     zt_require(counts != NULL && displs != NULL, "calloc");
     for (int r = 0; r < size; r++) {
         counts[r] = rt_count(coll, base, r);
-        displs[r] = (int)total;
         total += (size_t)counts[r];
+    }
+    for (int r = 0, at = 0; r < size; r++) {
+        const int j = vector ? size - 1 - r : r;
+
+        displs[j] = at;
+        at += counts[j];
     }
     n = counts[rank];
     zt_arena_init(&arena, MPI_COMM_WORLD, 64 * MIB);
     big = zt_arena_alloc(&arena, &used, total * sizeof(double));
     mine = zt_arena_alloc(&arena, &used, (size_t)n * sizeof(double));
-    snprintf(what, sizeof(what), "%s of %d doubles per rank, root %d, ranks "
-             "%#x out of address space", rt_names[coll], base, root, victims);
+    snprintf(what, sizeof(what), "%s%s of %d doubles per rank, root %d, "
+             "ranks %#x out of address space", rt_names[coll],
+             in_place ? " in place" : "", base, root, victims);
     for (size_t i = 0; i < total; i++)
-        big[i] = rank == root || coll == RT_GATHER || coll == RT_GATHERV
-                     ? -1 : -2;
-    if (rank == root && coll != RT_GATHER && coll != RT_GATHERV)
+        big[i] = -1;
+    if (rank == root)
         for (int r = 0; r < size; r++)
-            for (int i = 0; i < counts[r]; i++)
+            for (int i = 0; i < counts[r] && (!gather || (in_place && r == root));
+                 i++)
                 big[displs[r] + i] = rt_value(coll == RT_BCAST ? root : r,
                                               (size_t)i);
     for (int i = 0; i < n; i++)
@@ -1070,20 +1083,24 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root, unsigned victims)
         rc = MPI_Bcast(big, base, MPI_DOUBLE, root, MPI_COMM_WORLD);
         break;
     case RT_SCATTER:
-        rc = MPI_Scatter(big, base, MPI_DOUBLE, mine, base, MPI_DOUBLE, root,
-                         MPI_COMM_WORLD);
+        rc = MPI_Scatter(big, base, MPI_DOUBLE,
+                         in_place && rank == root ? MPI_IN_PLACE : mine, base,
+                         MPI_DOUBLE, root, MPI_COMM_WORLD);
         break;
     case RT_SCATTERV:
-        rc = MPI_Scatterv(big, counts, displs, MPI_DOUBLE, mine, n,
+        rc = MPI_Scatterv(big, counts, displs, MPI_DOUBLE,
+                          in_place && rank == root ? MPI_IN_PLACE : mine, n,
                           MPI_DOUBLE, root, MPI_COMM_WORLD);
         break;
     case RT_GATHER:
-        rc = MPI_Gather(mine, base, MPI_DOUBLE, big, base, MPI_DOUBLE, root,
+        rc = MPI_Gather(in_place && rank == root ? MPI_IN_PLACE : mine, base,
+                        MPI_DOUBLE, big, base, MPI_DOUBLE, root,
                         MPI_COMM_WORLD);
         break;
     case RT_GATHERV:
-        rc = MPI_Gatherv(mine, n, MPI_DOUBLE, big, counts, displs, MPI_DOUBLE,
-                         root, MPI_COMM_WORLD);
+        rc = MPI_Gatherv(in_place && rank == root ? MPI_IN_PLACE : mine, n,
+                         MPI_DOUBLE, big, counts, displs, MPI_DOUBLE, root,
+                         MPI_COMM_WORLD);
         break;
     }
     alarm(0);
@@ -1094,10 +1111,17 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root, unsigned victims)
     if (coll == RT_BCAST)
         for (int i = 0; i < base; i++)
             bad += big[i] != rt_value(root, (size_t)i);
-    else if (coll == RT_SCATTER || coll == RT_SCATTERV)
+    else if (!gather) {
+        const double *got = in_place && rank == root ? big + displs[rank]
+                                                     : mine;
+
         for (int i = 0; i < n; i++)
-            bad += mine[i] != rt_value(rank, (size_t)i);
-    else if (rank == root)
+            bad += got[i] != rt_value(rank, (size_t)i);
+        /* The root's send buffer comes back untouched. */
+        for (int r = 0; r < size && rank == root; r++)
+            for (int i = 0; i < counts[r]; i++)
+                bad += big[displs[r] + i] != rt_value(r, (size_t)i);
+    } else if (rank == root)
         for (int r = 0; r < size; r++)
             for (int i = 0; i < counts[r]; i++)
                 bad += big[displs[r] + i] != rt_value(r, (size_t)i);
@@ -1129,19 +1153,24 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root, unsigned victims)
 
 /* 2048 doubles: 16 KiB, past the inline limits and within
  * coll_zcopy_small_msg, where a bcast's ranks pull the whole message from
- * the root. Victims: a rank other than the root, and (np 3 and more) all
- * of them. */
+ * the root. Victims: one rank other than the root, or all of them. */
 static void run_mapfail_rooted(void)
 {
     const int base = 2048;
 
+    const unsigned all = (1u << size) - 1;
+
     for (int c = RT_BCAST; c <= RT_GATHERV; c++) {
-        mapfail_rooted((rt_coll_t)c, base, 0, 1u << (size - 1));
-        mapfail_rooted((rt_coll_t)c, base, size - 1, 1u);
-        if (size > 2)
-            mapfail_rooted((rt_coll_t)c, base, 0,
-                           ((1u << size) - 1) & ~1u);
-        mapfail_rooted((rt_coll_t)c, base, 0, 0);
+        const rt_coll_t coll = (rt_coll_t)c;
+
+        for (int in_place = 0; in_place <= (coll != RT_BCAST); in_place++) {
+            mapfail_rooted(coll, base, 0, 1u << (size - 1), in_place);
+            mapfail_rooted(coll, base, size - 1, 1u, in_place);
+            /* Every other rank, around a root in the middle. */
+            mapfail_rooted(coll, base, size / 2, all & ~(1u << size / 2),
+                           in_place);
+            mapfail_rooted(coll, base, 0, 0, in_place);
+        }
     }
 }
 

@@ -295,15 +295,23 @@ unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags);
  * last to leave, and it yields while it waits. */
 unsigned zcopy_ctl_sync_to(zcopy_ctl_t *ctl, int leader, unsigned flags);
 
-/* Whether @rank reported FAILED at the sync this rank passed last, a full
- * one or, at its leader, one to it (after a one-sided sync, other peers
- * may not have stored their word yet): the same answer on every rank
- * that may ask until the next collective's first sync, which no rank can
- * pass before every rank has left this one. */
+/* What @rank reported (zcopy_ctl_flags_at_sync), or whether it reported
+ * FAILED, at the sync this rank passed last, a full one or, at its
+ * leader, one to it (after a one-sided sync, other peers may not have
+ * stored their word yet): the same answer on every rank that may ask
+ * until the next collective's first sync, which no rank can pass before
+ * every rank has left this one. */
+static inline unsigned zcopy_ctl_flags_at_sync(const zcopy_ctl_t *ctl,
+                                               int rank)
+{
+    return (unsigned)(atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,
+                                           memory_order_acquire) &
+                      ZCOPY_SYNC_MASK);
+}
+
 static inline bool zcopy_ctl_failed_at_sync(const zcopy_ctl_t *ctl, int rank)
 {
-    return atomic_load_explicit(&zcopy_ctl_slot(ctl, rank)->sync,
-                                memory_order_acquire) & ZCOPY_SYNC_FAILED;
+    return zcopy_ctl_flags_at_sync(ctl, rank) & ZCOPY_SYNC_FAILED;
 }
 
 /* This process's address of [addr, addr + len) of @rank's memory. */

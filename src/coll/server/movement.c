@@ -39,37 +39,49 @@ static bool repairs_by_p2p(void)
            zcopy_host.p2p_done != NULL && zcopy_host.comm_cid != NULL;
 }
 
-/* Sends (@send) or receives @len bytes at @buf to or from @peer through
- * the point-to-point engine, under the pushed blocks' tag (a server's
- * communicator has no pushes of its own), and waits for it. */
-static zcopy_status_t repair_block(zcopy_algo_t *al, int peer, bool send,
-                                   void *buf, size_t len)
+/* Posts the send (@send) or the receive of @len bytes at @buf to or
+ * from @peer through the point-to-point engine, under the pushed blocks'
+ * tag: a server's communicator carries no pushes of its own, and MPI's
+ * order per source and tag keeps a following collective's messages
+ * behind this one. *@req: the request, or NULL and an error. */
+static zcopy_status_t repair_post(zcopy_algo_t *al, int peer, bool send,
+                                  void *buf, size_t len, void **req)
 {
     const uint32_t cid = zcopy_host.comm_cid(al->zc->handle);
-    void *req = NULL;
-    bool failed = false;
-    size_t moved = 0;
-    zcopy_wait_t w;
     int rc;
 
+    *req = NULL;
     if (len > INT_MAX)
         return zcopy_error(ZCOPY_ERR_RANGE, "%s: a block of %zu bytes is "
                            "beyond one point-to-point message",
                            zcopy_coll_names[al->a->type], len);
     rc = send ? zcopy_host.p2p_isend(cid, peer, ZCOPY_HOST_P2P_PUSH, buf, len,
-                                     &req)
+                                     req)
               : zcopy_host.p2p_irecv(cid, peer, ZCOPY_HOST_P2P_PUSH, buf, len,
-                                     &req);
-    if (rc != 0 || req == NULL)
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: the point-to-point engine "
-                           "refused a block %s rank %d (error %d)",
-                           zcopy_coll_names[al->a->type], send ? "to" : "from",
-                           peer, rc);
+                                     req);
+    if (rc == 0 && *req != NULL)
+        return ZCOPY_SUCCESS;
+    *req = NULL;
+    return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: the point-to-point engine "
+                       "refused a block %s rank %d (error %d)",
+                       zcopy_coll_names[al->a->type], send ? "to" : "from",
+                       peer, rc);
+}
+
+/* Waits for @req, posted by repair_post(). A send's byte count is not
+ * checked: pml/ucx leaves it unset. */
+static zcopy_status_t repair_wait(zcopy_algo_t *al, int peer, bool send,
+                                  void *req, size_t len)
+{
+    bool failed = false;
+    size_t moved = 0;
+    zcopy_wait_t w;
+
     zcopy_wait_init(&w, al->ctl->yield, al->rank,
                     "a block through the point-to-point engine", al->seq);
     while (!zcopy_host.p2p_done(req, &moved, &failed))
         zcopy_wait_relax(&w, peer);
-    if (failed || moved != len)
+    if (failed || (!send && moved != len))
         return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: a block %s rank %d failed "
                            "in the point-to-point engine (%zu of %zu bytes)",
                            zcopy_coll_names[al->a->type], send ? "to" : "from",
@@ -83,6 +95,71 @@ static zcopy_status_t repair_block(zcopy_algo_t *al, int peer, bool send,
 typedef bool (*root_block_fn_t)(zcopy_algo_t *al, int j, uint8_t **buf,
                                 size_t *len);
 
+/* A rank other than the root: reports, and leaves unless it could not
+ * reach the root. Then it moves its block (@mine, @len; @to_root: it
+ * sends it) through the point-to-point engine, posting its part before
+ * it reports, so that the root serves only ranks whose part is there: a
+ * rank whose part the engine refused reports BROKEN, and both fail. */
+static zcopy_status_t rooted_done_peer(zcopy_algo_t *al, void *mine,
+                                       size_t len, bool to_root)
+{
+    const int root = al->a->root;
+    zcopy_status_t st = ZCOPY_SUCCESS;
+    void *req = NULL;
+
+    if (al->failed)
+        st = repair_post(al, root, to_root, mine, len, &req);
+    zcopy_ctl_sync_to(al->ctl, root,
+                      st != ZCOPY_SUCCESS ? ZCOPY_SYNC_BROKEN
+                                          : zcopy_algo_report(al));
+    if (!al->failed)
+        return ZCOPY_SUCCESS;
+    if (req == NULL)
+        return st;
+    st = repair_wait(al, root, to_root, req, len);
+    return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
+}
+
+/* The root: waits for every report, and serves every rank that could not
+ * reach it. A part of its own that the engine refuses fails the call,
+ * and its partner then waits on: an MPI error, which under the default
+ * error handler ends the job (as for a pushed alltoall block). */
+static zcopy_status_t rooted_done_root(zcopy_algo_t *al,
+                                       root_block_fn_t root_block)
+{
+    zcopy_status_t st = ZCOPY_SUCCESS;
+
+    /* The root reaches no peer here, so only the others can have failed. */
+    if (zcopy_ctl_sync_to(al->ctl, al->rank, zcopy_algo_report(al)) == 0)
+        return ZCOPY_SUCCESS;
+    for (int j = 0; j < al->nranks; j++) {
+        const unsigned flags = zcopy_ctl_flags_at_sync(al->ctl, j);
+        zcopy_status_t one = ZCOPY_SUCCESS;
+        void *req = NULL;
+        uint8_t *buf;
+        size_t len;
+        bool send;
+
+        if (j == al->rank || flags == 0)
+            continue;
+        if (flags & ZCOPY_SYNC_BROKEN) {
+            one = zcopy_error(ZCOPY_ERR_SYSTEM, "%s: rank %d could neither "
+                              "reach the root's memory nor post its block",
+                              zcopy_coll_names[al->a->type], j);
+        } else {
+            send = root_block(al, j, &buf, &len);
+            one = repair_post(al, j, send, buf, len, &req);
+            if (one == ZCOPY_SUCCESS)
+                one = repair_wait(al, j, send, req, len);
+        }
+        /* Every rank that posted its part waits for the root's: serve
+         * them all before failing. */
+        if (st == ZCOPY_SUCCESS)
+            st = one;
+    }
+    return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
+}
+
 /* The end of a rooted call in which each rank moved its one block with
  * the root through the mappings. A rank other than the root reports and
  * leaves: nothing of its own is read or written by anyone else. The root
@@ -95,36 +172,11 @@ typedef bool (*root_block_fn_t)(zcopy_algo_t *al, int j, uint8_t **buf,
 static zcopy_status_t rooted_done(zcopy_algo_t *al, void *mine, size_t len,
                                   bool to_root, root_block_fn_t root_block)
 {
-    const int root = al->a->root;
-    zcopy_status_t st = ZCOPY_SUCCESS;
-
     if (!repairs_by_p2p())
         return zcopy_algo_done(al);
-    if (al->rank != root) {
-        zcopy_ctl_sync_to(al->ctl, root, zcopy_algo_report(al));
-        if (!al->failed)
-            return ZCOPY_SUCCESS;
-        st = repair_block(al, root, to_root, mine, len);
-        return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
-    }
-    /* The root reaches no peer here, so only the others can have failed. */
-    if (zcopy_ctl_sync_to(al->ctl, root, zcopy_algo_report(al)) == 0)
-        return ZCOPY_SUCCESS;
-    for (int j = 0; j < al->nranks; j++) {
-        uint8_t *buf;
-        size_t n;
-        bool send;
-        zcopy_status_t one;
-
-        if (j == root || !zcopy_ctl_failed_at_sync(al->ctl, j))
-            continue;
-        send = root_block(al, j, &buf, &n);
-        /* Every failed rank waits for its block: serve them all. */
-        one = repair_block(al, j, send, buf, n);
-        if (st == ZCOPY_SUCCESS)
-            st = one;
-    }
-    return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
+    if (al->rank != al->a->root)
+        return rooted_done_peer(al, mine, len, to_root);
+    return rooted_done_root(al, root_block);
 }
 
 /* Pulls every other rank's input into this rank's output, laid out as
