@@ -916,9 +916,14 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
     const bool victim = victims >> rank & 1;
     /* Small in-place reduces are the root's alone: only a root that
      * cannot map falls back. In-place alltoall swaps each pair from its
-     * lower rank: the last rank maps nobody. */
+     * lower rank (the last rank maps nobody), and a rank that cannot map
+     * trades its pairs' blocks as messages: it and the ranks above it
+     * count the fallback, those below it that nobody failed a swap with
+     * zero-copy. */
     const bool falls_back =
-        coll == IP_ALLTOALL ? (victims & ~(1u << (size - 1))) != 0
+        coll == IP_ALLTOALL
+            ? (victim && rank != size - 1) ||
+                  (victims & ((1u << rank) - 1)) != 0
         : coll == IP_REDUCE && count * sizeof(double) <= 16384
             ? (victims >> root & 1) != 0
             : true;
@@ -994,6 +999,10 @@ static void run_mapfail_in_place(void)
         mapfail_in_place(IP_ALLGATHER, "allgather", small, 0, s);
         mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, s);
     }
+    /* A rank in the middle: the ranks below it swap with nobody that
+     * failed, and stay zero-copy. */
+    if (size > 2)
+        mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, 1u << 1);
 }
 
 /* --- rooted calls whose blocks a rank cannot reach ------------------------ */

@@ -126,6 +126,18 @@ static inline zcopy_status_t zcopy_algo_done_by_root(zcopy_algo_t *al)
                ? ZCOPY_FALLBACK : ZCOPY_SUCCESS;
 }
 
+/* Repairs through the point-to-point engine (repair.c). Whether the host
+ * has one (Open MPI's component; not the library alone): the same answer
+ * in every process of a job. */
+bool zcopy_algo_repairs_by_p2p(void);
+/* Posts the send (@send) or the receive of @len bytes at @buf to or from
+ * @peer; *@req: the request, or NULL and an error. */
+zcopy_status_t zcopy_algo_p2p_post(zcopy_algo_t *al, int peer, bool send,
+                                   void *buf, size_t len, void **req);
+/* Waits for a request zcopy_algo_p2p_post() made. */
+zcopy_status_t zcopy_algo_p2p_wait(zcopy_algo_t *al, int peer, bool send,
+                                   void *req, size_t len);
+
 zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al);
 zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al);
 zcopy_status_t zcopy_algo_reduce_scatter(zcopy_algo_t *al);

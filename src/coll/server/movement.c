@@ -13,10 +13,6 @@
  */
 #include "algo.h"
 
-#include "coll/wait.h"
-#include "host/host.h"
-
-#include <limits.h>
 
 /* Byte offset and length of block @j in a (v-)layout of @elem-byte items. */
 static void block_of(bool vector, const int *counts, const int *displs,
@@ -29,64 +25,6 @@ static void block_of(bool vector, const int *counts, const int *displs,
         *off = count * elem * (size_t)j;
         *len = count * elem;
     }
-}
-
-/* Whether a block can travel through the job's point-to-point engine:
- * where the host has one (Open MPI's component; not the library alone). */
-static bool repairs_by_p2p(void)
-{
-    return zcopy_host.p2p_isend != NULL && zcopy_host.p2p_irecv != NULL &&
-           zcopy_host.p2p_done != NULL && zcopy_host.comm_cid != NULL;
-}
-
-/* Posts the send (@send) or the receive of @len bytes at @buf to or
- * from @peer through the point-to-point engine, under the pushed blocks'
- * tag: a server's communicator carries no pushes of its own, and MPI's
- * order per source and tag keeps a following collective's messages
- * behind this one. *@req: the request, or NULL and an error. */
-static zcopy_status_t repair_post(zcopy_algo_t *al, int peer, bool send,
-                                  void *buf, size_t len, void **req)
-{
-    const uint32_t cid = zcopy_host.comm_cid(al->zc->handle);
-    int rc;
-
-    *req = NULL;
-    if (len > INT_MAX)
-        return zcopy_error(ZCOPY_ERR_RANGE, "%s: a block of %zu bytes is "
-                           "beyond one point-to-point message",
-                           zcopy_coll_names[al->a->type], len);
-    rc = send ? zcopy_host.p2p_isend(cid, peer, ZCOPY_HOST_P2P_PUSH, buf, len,
-                                     req)
-              : zcopy_host.p2p_irecv(cid, peer, ZCOPY_HOST_P2P_PUSH, buf, len,
-                                     req);
-    if (rc == 0 && *req != NULL)
-        return ZCOPY_SUCCESS;
-    *req = NULL;
-    return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: the point-to-point engine "
-                       "refused a block %s rank %d (error %d)",
-                       zcopy_coll_names[al->a->type], send ? "to" : "from",
-                       peer, rc);
-}
-
-/* Waits for @req, posted by repair_post(). A send's byte count is not
- * checked: pml/ucx leaves it unset. */
-static zcopy_status_t repair_wait(zcopy_algo_t *al, int peer, bool send,
-                                  void *req, size_t len)
-{
-    bool failed = false;
-    size_t moved = 0;
-    zcopy_wait_t w;
-
-    zcopy_wait_init(&w, al->ctl->yield, al->rank,
-                    "a block through the point-to-point engine", al->seq);
-    while (!zcopy_host.p2p_done(req, &moved, &failed))
-        zcopy_wait_relax(&w, peer);
-    if (failed || (!send && moved != len))
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "%s: a block %s rank %d failed "
-                           "in the point-to-point engine (%zu of %zu bytes)",
-                           zcopy_coll_names[al->a->type], send ? "to" : "from",
-                           peer, moved, len);
-    return ZCOPY_SUCCESS;
 }
 
 /* Where block @j of a rooted call lies in the root's buffers: *@buf and
@@ -108,7 +46,7 @@ static zcopy_status_t rooted_done_peer(zcopy_algo_t *al, void *mine,
     void *req = NULL;
 
     if (al->failed)
-        st = repair_post(al, root, to_root, mine, len, &req);
+        st = zcopy_algo_p2p_post(al, root, to_root, mine, len, &req);
     zcopy_ctl_sync_to(al->ctl, root,
                       st != ZCOPY_SUCCESS ? ZCOPY_SYNC_BROKEN
                                           : zcopy_algo_report(al));
@@ -116,7 +54,7 @@ static zcopy_status_t rooted_done_peer(zcopy_algo_t *al, void *mine,
         return ZCOPY_SUCCESS;
     if (req == NULL)
         return st;
-    st = repair_wait(al, root, to_root, req, len);
+    st = zcopy_algo_p2p_wait(al, root, to_root, req, len);
     return st == ZCOPY_SUCCESS ? ZCOPY_REPAIRED : st;
 }
 
@@ -148,9 +86,9 @@ static zcopy_status_t rooted_done_root(zcopy_algo_t *al,
                               zcopy_coll_names[al->a->type], j);
         } else {
             send = root_block(al, j, &buf, &len);
-            one = repair_post(al, j, send, buf, len, &req);
+            one = zcopy_algo_p2p_post(al, j, send, buf, len, &req);
             if (one == ZCOPY_SUCCESS)
-                one = repair_wait(al, j, send, req, len);
+                one = zcopy_algo_p2p_wait(al, j, send, req, len);
         }
         /* Every rank that posted its part waits for the root's: serve
          * them all before failing. */
@@ -172,7 +110,7 @@ static zcopy_status_t rooted_done_root(zcopy_algo_t *al,
 static zcopy_status_t rooted_done(zcopy_algo_t *al, void *mine, size_t len,
                                   bool to_root, root_block_fn_t root_block)
 {
-    if (!repairs_by_p2p())
+    if (!zcopy_algo_repairs_by_p2p())
         return zcopy_algo_done(al);
     if (al->rank != al->a->root)
         return rooted_done_peer(al, mine, len, to_root);
