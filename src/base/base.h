@@ -19,8 +19,9 @@
 
 /* Internal status: the public ZCOPY_SUCCESS / ZCOPY_ERR_* codes, plus
  * positive values that are not errors: take the fallback path; or (from a
- * zero-copy algorithm) the call is complete, finished by the fallback's
- * component after a rank could not reach a peer. */
+ * zero-copy algorithm) the call is complete, after a rank could not reach
+ * a peer, finished through the fallback's component or the job's
+ * point-to-point engine (counted as a fallback). */
 typedef int zcopy_status_t;
 #define ZCOPY_FALLBACK 1
 #define ZCOPY_REPAIRED 2

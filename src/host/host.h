@@ -24,9 +24,9 @@
 typedef enum {
     ZCOPY_HOST_P2P_READ,          /* the answer to a read (ucx/serve.c) */
     ZCOPY_HOST_P2P_PUSH           /* a pushed alltoall block between
-                                     servers, or inside one a rooted
-                                     call's block that its rank could not
-                                     move through the mappings */
+                                     servers, or inside one a block a rank
+                                     could not move through the mappings
+                                     (coll/server/repair.c) */
 } zcopy_host_p2p_t;
 
 typedef struct {
@@ -51,12 +51,12 @@ typedef struct {
     zcopy_progress_hooks_t loop;  /* progress.h */
     /* The job's point-to-point engine, one of the ways the spanning
      * collectives move data between servers (coll_zcopy_ucx_fetch pml,
-     * and auto's large reads and pushes), and the way a rooted call
-     * inside a server repairs a block: @len bytes to or from rank @peer
-     * of the communicator whose context id is @cid, under a tag of the
-     * component's. 0 and a request, or the engine's own nonzero error
-     * code. A send given no @req is freed at
-     * once and completes on its own (as MPI_Request_free lets it). NULL
+     * and auto's large reads and pushes), and the way a call inside a
+     * server repairs a block (coll/server/repair.c): @len bytes to or
+     * from rank @peer of the communicator whose context id is @cid, under
+     * a tag of the component's. 0 and a request, or the engine's own
+     * nonzero error code. A send given no @req is freed at once and
+     * completes on its own (as MPI_Request_free lets it). NULL
      * where there is none (the defaults). */
     uint32_t (*comm_cid)(MPI_Comm comm);
     int (*p2p_isend)(uint32_t cid, int peer, zcopy_host_p2p_t kind,

@@ -1000,9 +1000,12 @@ static void run_mapfail_in_place(void)
         mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, s);
     }
     /* A rank in the middle: the ranks below it swap with nobody that
-     * failed, and stay zero-copy. */
-    if (size > 2)
+     * failed, and stay zero-copy. Then the first two: rank 1 trades with
+     * rank 0 below it and with the ranks above it. */
+    if (size > 2) {
         mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, 1u << 1);
+        mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, 3u);
+    }
 }
 
 /* --- rooted calls whose blocks a rank cannot reach ------------------------ */

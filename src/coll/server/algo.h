@@ -10,7 +10,10 @@
  * buffers and its own, zcopy_ctl_sync_to, for which the root waits for
  * the others and they for nobody (movement.c's rooted_done). Every rank
  * passes the same syncs whatever its role, even after a failure (which it
- * reports through the sync), so a failure can never hang the job.
+ * reports through the sync), so a failure to reach a peer can never hang
+ * the job. (Repairs through the point-to-point engine wait for their
+ * partner's messages: there, an engine that refuses a message it already
+ * promised, after the sync, leaves that partner waiting; repair.c.)
  */
 #ifndef ZCOPY_COLL_ALGO_H
 #define ZCOPY_COLL_ALGO_H

@@ -13,6 +13,8 @@
  */
 #include "algo.h"
 
+#include "host/host.h"
+
 #include <stdlib.h>
 
 static void swap_bytes(uint8_t *a, uint8_t *b, size_t len)
@@ -76,59 +78,145 @@ static void alltoall_pull(zcopy_algo_t *al)
     }
 }
 
-/* Trades this rank's block for @peer (@len bytes at @mine, in place) for
- * @peer's block for it, as two messages; the block goes out from a copy,
- * since the one coming in lands where it was. */
-static zcopy_status_t swap_by_p2p(zcopy_algo_t *al, int peer, uint8_t *mine,
-                                  size_t len)
+/* What a rank that could not reach a partner posts before the sync, for
+ * each pair (this rank, j > it) with a block: a receive into its block,
+ * and a copy of what the block held, which it sends after the sync. */
+typedef struct {
+    void *recv, *send;
+    uint8_t *copy;
+} swap_trade_t;
+
+static void trades_free(swap_trade_t *t, int n)
 {
-    void *out = malloc(len), *sreq = NULL, *rreq = NULL;
-    zcopy_status_t st, sent;
-
-    if (out == NULL)
-        return zcopy_error(ZCOPY_ERR_NOMEM, "alltoall in place: no memory "
-                           "to trade a block with rank %d", peer);
-    memcpy(out, mine, len);
-    st = zcopy_algo_p2p_post(al, peer, false, mine, len, &rreq);
-    sent = zcopy_algo_p2p_post(al, peer, true, out, len, &sreq);
-    if (rreq != NULL) {
-        zcopy_status_t got = zcopy_algo_p2p_wait(al, peer, false, rreq, len);
-
-        st = st == ZCOPY_SUCCESS ? got : st;
+    for (int j = 0; j < n && t != NULL; j++) {
+        if (t[j].recv != NULL)
+            zcopy_host.p2p_cancel(t[j].recv);
+        free(t[j].copy);
     }
-    if (sreq != NULL)
-        sent = zcopy_algo_p2p_wait(al, peer, true, sreq, len);
-    free(out);
-    return st == ZCOPY_SUCCESS ? sent : st;
+    free(t);
 }
 
-/* After the sync: every pair of a rank that reported a failure was left
- * unswapped, and its two ranks trade their blocks, in the same order
- * everywhere (by lower rank, then higher), so that no two ranks wait for
- * each other's next pair. */
-static zcopy_status_t swap_repair(zcopy_algo_t *al)
+/* Before the sync, at a rank that swapped nothing: copies every block it
+ * owes a higher rank and posts the receives of theirs, so that those
+ * ranks, told by the sync, can send first and receive after. NULL, with
+ * nothing left posted, when it could not: it then reports BROKEN, and
+ * those pairs fail on both sides instead of waiting. */
+static swap_trade_t *trades_post(zcopy_algo_t *al)
 {
+    const int n = al->nranks;
+    swap_trade_t *t = calloc((size_t)n, sizeof(*t));
     uint8_t *rbuf = al->a->rbuf;
-    zcopy_status_t st = ZCOPY_SUCCESS;
-    bool traded = false;
     size_t off, len;
 
-    for (int i = 0; i < al->nranks; i++) {
-        if (!zcopy_ctl_failed_at_sync(al->ctl, i) || i > al->rank)
+    for (int j = al->rank + 1; j < n && t != NULL; j++) {
+        recv_block(al, j, &off, &len);
+        if (len == 0)
             continue;
-        for (int j = i + 1; j < al->nranks; j++) {
-            const int peer = i == al->rank ? j : i;
-            zcopy_status_t one;
-
-            if (i != al->rank && j != al->rank)
-                continue;
-            recv_block(al, peer, &off, &len);
-            if (len == 0)
-                continue;
-            one = swap_by_p2p(al, peer, rbuf + off, len);
-            st = st == ZCOPY_SUCCESS ? one : st;
-            traded = true;
+        t[j].copy = malloc(len);
+        if (t[j].copy == NULL ||
+            zcopy_algo_p2p_post(al, j, false, rbuf + off, len, &t[j].recv) !=
+                ZCOPY_SUCCESS) {
+            trades_free(t, n);
+            return NULL;
         }
+        memcpy(t[j].copy, rbuf + off, len);
+    }
+    return t;
+}
+
+/* After the sync, at a rank that swapped nothing: sends every copy. */
+static zcopy_status_t trades_send(zcopy_algo_t *al, swap_trade_t *t)
+{
+    zcopy_status_t st = ZCOPY_SUCCESS;
+    size_t off, len;
+
+    for (int j = al->rank + 1; j < al->nranks; j++) {
+        zcopy_status_t one;
+
+        if (t[j].recv == NULL)
+            continue;
+        recv_block(al, j, &off, &len);
+        one = zcopy_algo_p2p_post(al, j, true, t[j].copy, len, &t[j].send);
+        st = st == ZCOPY_SUCCESS ? one : st;
+    }
+    return st;
+}
+
+/* Then waits for its pairs' messages both ways, and frees the trades. */
+static zcopy_status_t trades_wait(zcopy_algo_t *al, swap_trade_t *t)
+{
+    zcopy_status_t st = ZCOPY_SUCCESS, one;
+    size_t off, len;
+
+    for (int j = al->rank + 1; j < al->nranks; j++) {
+        recv_block(al, j, &off, &len);
+        if (t[j].recv != NULL) {
+            one = zcopy_algo_p2p_wait(al, j, false, t[j].recv, len);
+            t[j].recv = NULL;
+            st = st == ZCOPY_SUCCESS ? one : st;
+        }
+        if (t[j].send != NULL) {
+            one = zcopy_algo_p2p_wait(al, j, true, t[j].send, len);
+            st = st == ZCOPY_SUCCESS ? one : st;
+        }
+    }
+    trades_free(t, al->nranks);
+    return st;
+}
+
+/* After the sync, at a rank above one that swapped nothing: its block
+ * goes out first, to the receive posted before the sync, and the
+ * partner's comes in where it was. */
+static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags)
+{
+    uint8_t *rbuf = al->a->rbuf;
+    zcopy_status_t st;
+    void *req = NULL;
+    size_t off, len;
+
+    recv_block(al, i, &off, &len);
+    if (len == 0)
+        return ZCOPY_SUCCESS;
+    if (flags & ZCOPY_SYNC_BROKEN)
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "alltoall in place: rank %d "
+                           "could neither reach this rank's memory nor post "
+                           "its blocks", i);
+    st = zcopy_algo_p2p_post(al, i, true, rbuf + off, len, &req);
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_algo_p2p_wait(al, i, true, req, len);
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_algo_p2p_post(al, i, false, rbuf + off, len, &req);
+    if (st == ZCOPY_SUCCESS)
+        st = zcopy_algo_p2p_wait(al, i, false, req, len);
+    return st;
+}
+
+/* After the sync: the pairs of every rank that reported a failure were
+ * left unswapped, and trade their blocks as messages. This rank's own
+ * sends (if it failed) go first, so that no rank waits on a chain. */
+static zcopy_status_t swap_repair(zcopy_algo_t *al, swap_trade_t *mine)
+{
+    zcopy_status_t st = mine != NULL ? trades_send(al, mine) : ZCOPY_SUCCESS;
+    bool traded = al->failed;
+
+    for (int i = 0; i < al->rank; i++) {
+        const unsigned flags = zcopy_ctl_flags_at_sync(al->ctl, i);
+        zcopy_status_t one;
+
+        if (flags == 0)
+            continue;
+        one = trade_with(al, i, flags);
+        st = st == ZCOPY_SUCCESS ? one : st;
+        traded = true;
+    }
+    if (mine != NULL) {
+        zcopy_status_t one = trades_wait(al, mine);
+
+        st = st == ZCOPY_SUCCESS ? one : st;
+    } else if (al->failed) {
+        st = zcopy_error(ZCOPY_ERR_SYSTEM, "alltoall in place: could not "
+                         "post the blocks of the pairs this rank could not "
+                         "swap");
     }
     if (st != ZCOPY_SUCCESS)
         return st;
@@ -141,6 +229,7 @@ static zcopy_status_t alltoall_swap(zcopy_algo_t *al)
     const bool repairs = zcopy_algo_repairs_by_p2p();
     uint8_t *rbuf = al->a->rbuf;
     uint8_t **theirs = zcopy_comm_list(al->zc, ZCOPY_COMM_LIST_OUTPUTS);
+    swap_trade_t *trades = NULL;
     size_t off, len;
 
     for (int j = r + 1; j < n && !al->failed; j++) {
@@ -158,13 +247,17 @@ static zcopy_status_t alltoall_swap(zcopy_algo_t *al)
         swap_bytes(rbuf + off, theirs[j], len);
         al->ipc_bytes += 2 * len;
     }
+    if (repairs && al->failed) {
+        trades = trades_post(al);
+        al->broken = trades == NULL;
+    }
     /* The sync keeps every rank's buffer until the swaps into it are
      * done, and tells who swapped nothing. */
-    if (!zcopy_algo_finish(al))
+    if (zcopy_algo_finish_flags(al) == 0)
         return ZCOPY_SUCCESS;
     if (!repairs)
         return ZCOPY_ERR_INTERNAL; /* nothing could fail any more */
-    return swap_repair(al);
+    return swap_repair(al, trades);
 }
 
 zcopy_status_t zcopy_algo_alltoall(zcopy_algo_t *al)

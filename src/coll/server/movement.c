@@ -13,7 +13,6 @@
  */
 #include "algo.h"
 
-
 /* Byte offset and length of block @j in a (v-)layout of @elem-byte items. */
 static void block_of(bool vector, const int *counts, const int *displs,
                      size_t count, size_t elem, int j, size_t *off, size_t *len)

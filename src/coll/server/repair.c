@@ -2,9 +2,14 @@
  * Repairs through the job's point-to-point engine: where a rank could not
  * reach a peer's memory after some ranks had already finished their part
  * (movement.c's rooted calls, whose other ranks have left; alltoall.c's
- * swaps in place, which other pairs have done), the blocks it could not
- * move travel between it and that peer as messages instead, with no other
- * rank involved.
+ * swaps in place, which other pairs have done), its share of the call
+ * travels between it and the peers concerned as messages instead, with
+ * no other rank involved. The rank that failed posts what it can before
+ * it reports, and reports BROKEN where the engine refuses, so that its
+ * partners never wait for a message that will not come; only a refusal
+ * after the sync, of a message a partner already waits for, leaves that
+ * partner waiting (an MPI error on this rank, which under the default
+ * error handler ends the job).
  */
 #include "algo.h"
 
@@ -16,7 +21,8 @@
 bool zcopy_algo_repairs_by_p2p(void)
 {
     return zcopy_host.p2p_isend != NULL && zcopy_host.p2p_irecv != NULL &&
-           zcopy_host.p2p_done != NULL && zcopy_host.comm_cid != NULL;
+           zcopy_host.p2p_done != NULL && zcopy_host.p2p_cancel != NULL &&
+           zcopy_host.comm_cid != NULL;
 }
 
 /* Posts the send (@send) or the receive of @len bytes at @buf to or

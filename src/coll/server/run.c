@@ -158,15 +158,18 @@ zcopy_status_t zcopy_server_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         zc->stats.zcopy_calls++;
         return ZCOPY_SUCCESS; /* arrival was the barrier */
     }
-    /* A rank that could not reach a peer's memory: every rank learnt of
-     * it at the same sync, and the algorithm either left every input
-     * intact for the fallback, or finished the call through the previous
-     * component itself (in place, where inputs are already overwritten). */
+    /* A rank that could not reach a peer's memory: the algorithm either
+     * left every input intact for the fallback (every rank learnt of it
+     * at the same sync), or finished the call through the previous
+     * component itself (in place, where inputs are already overwritten),
+     * or moved the blocks it could not reach as messages between the two
+     * ranks concerned (repair.c). */
     st = algorithms[a->type](&al);
     zcopy_copy_call_end(&al.copies);
+    if (st == ZCOPY_SUCCESS || st == ZCOPY_REPAIRED)
+        zc->stats.ipc_bytes += al.ipc_bytes;
     if (st == ZCOPY_SUCCESS) {
         zc->stats.zcopy_calls++;
-        zc->stats.ipc_bytes += al.ipc_bytes;
         return ZCOPY_SUCCESS;
     }
     if (st == ZCOPY_FALLBACK || st == ZCOPY_REPAIRED) {
