@@ -35,7 +35,8 @@ typedef struct {
     zcopy_copy_call_t copies;     /* the call's way of copying (copy.c) */
     bool failed;                  /* could not reach a peer; nothing written
                                      since (every algorithm maps first) */
-    bool broken;                  /* failed after writing: beyond repair */
+    bool broken;                  /* failed after writing, or could not
+                                     post its repair: beyond repair */
 } zcopy_algo_t;
 
 typedef zcopy_status_t (*zcopy_algo_fn_t)(zcopy_algo_t *algo);
@@ -140,6 +141,8 @@ zcopy_status_t zcopy_algo_p2p_post(zcopy_algo_t *al, int peer, bool send,
 /* Waits for a request zcopy_algo_p2p_post() made. */
 zcopy_status_t zcopy_algo_p2p_wait(zcopy_algo_t *al, int peer, bool send,
                                    void *req, size_t len);
+/* Cancels a receive it posted that nothing will match, and frees it. */
+void zcopy_algo_p2p_cancel(void *req);
 
 zcopy_status_t zcopy_algo_allreduce(zcopy_algo_t *al);
 zcopy_status_t zcopy_algo_reduce(zcopy_algo_t *al);

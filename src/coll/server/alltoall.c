@@ -13,8 +13,6 @@
  */
 #include "algo.h"
 
-#include "host/host.h"
-
 #include <stdlib.h>
 
 static void swap_bytes(uint8_t *a, uint8_t *b, size_t len)
@@ -90,7 +88,7 @@ static void trades_free(swap_trade_t *t, int n)
 {
     for (int j = 0; j < n && t != NULL; j++) {
         if (t[j].recv != NULL)
-            zcopy_host.p2p_cancel(t[j].recv);
+            zcopy_algo_p2p_cancel(t[j].recv);
         free(t[j].copy);
     }
     free(t);
@@ -113,13 +111,14 @@ static swap_trade_t *trades_post(zcopy_algo_t *al)
         if (len == 0)
             continue;
         t[j].copy = malloc(len);
+        if (t[j].copy != NULL)
+            memcpy(t[j].copy, rbuf + off, len);
         if (t[j].copy == NULL ||
             zcopy_algo_p2p_post(al, j, false, rbuf + off, len, &t[j].recv) !=
                 ZCOPY_SUCCESS) {
             trades_free(t, n);
             return NULL;
         }
-        memcpy(t[j].copy, rbuf + off, len);
     }
     return t;
 }
@@ -157,6 +156,7 @@ static zcopy_status_t trades_wait(zcopy_algo_t *al, swap_trade_t *t)
         }
         if (t[j].send != NULL) {
             one = zcopy_algo_p2p_wait(al, j, true, t[j].send, len);
+            t[j].send = NULL;
             st = st == ZCOPY_SUCCESS ? one : st;
         }
     }
@@ -166,15 +166,19 @@ static zcopy_status_t trades_wait(zcopy_algo_t *al, swap_trade_t *t)
 
 /* After the sync, at a rank above one that swapped nothing: its block
  * goes out first, to the receive posted before the sync, and the
- * partner's comes in where it was. */
-static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags)
+ * partner's comes in where it was. The receive is posted even when the
+ * send failed, since the partner's message comes anyway and must not be
+ * left to match a later repair. *@traded: whether the pair had a block. */
+static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags,
+                                 bool *traded)
 {
     uint8_t *rbuf = al->a->rbuf;
-    zcopy_status_t st;
+    zcopy_status_t st, got;
     void *req = NULL;
     size_t off, len;
 
     recv_block(al, i, &off, &len);
+    *traded = len > 0;
     if (len == 0)
         return ZCOPY_SUCCESS;
     if (flags & ZCOPY_SYNC_BROKEN)
@@ -184,11 +188,10 @@ static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags)
     st = zcopy_algo_p2p_post(al, i, true, rbuf + off, len, &req);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_algo_p2p_wait(al, i, true, req, len);
-    if (st == ZCOPY_SUCCESS)
-        st = zcopy_algo_p2p_post(al, i, false, rbuf + off, len, &req);
-    if (st == ZCOPY_SUCCESS)
-        st = zcopy_algo_p2p_wait(al, i, false, req, len);
-    return st;
+    got = zcopy_algo_p2p_post(al, i, false, rbuf + off, len, &req);
+    if (got == ZCOPY_SUCCESS)
+        got = zcopy_algo_p2p_wait(al, i, false, req, len);
+    return st == ZCOPY_SUCCESS ? got : st;
 }
 
 /* After the sync: the pairs of every rank that reported a failure were
@@ -202,12 +205,13 @@ static zcopy_status_t swap_repair(zcopy_algo_t *al, swap_trade_t *mine)
     for (int i = 0; i < al->rank; i++) {
         const unsigned flags = zcopy_ctl_flags_at_sync(al->ctl, i);
         zcopy_status_t one;
+        bool moved;
 
         if (flags == 0)
             continue;
-        one = trade_with(al, i, flags);
+        one = trade_with(al, i, flags, &moved);
         st = st == ZCOPY_SUCCESS ? one : st;
-        traded = true;
+        traded = traded || moved;
     }
     if (mine != NULL) {
         zcopy_status_t one = trades_wait(al, mine);

@@ -74,3 +74,8 @@ zcopy_status_t zcopy_algo_p2p_wait(zcopy_algo_t *al, int peer, bool send,
                            peer, moved, len);
     return ZCOPY_SUCCESS;
 }
+
+void zcopy_algo_p2p_cancel(void *req)
+{
+    zcopy_host.p2p_cancel(req);
+}
