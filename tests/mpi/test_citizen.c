@@ -978,6 +978,93 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
     zt_arena_fini(&arena);
 }
 
+/* Doubles rank @a sends rank @b in mapfail_alltoallv: the same both ways
+ * (an in-place alltoallv's pairs must match), none for every third pair. */
+static int a2av_count(int a, int b, int count)
+{
+    const int lo = a < b ? a : b, hi = a < b ? b : a;
+
+    return (lo + hi) % 3 == 1 ? 0 : count + 64 * (lo + hi);
+}
+
+/* An in-place alltoallv with some empty pairs, blocks in reverse rank
+ * order, while the ranks in @victims are out of address space: results
+ * right, and the fallback counted by the ranks of the pairs that traded
+ * their blocks as messages (a failed rank and the ranks above it that it
+ * shares a block with), zero-copy elsewhere. */
+static void mapfail_alltoallv(int count, unsigned victims)
+{
+    int *counts = calloc((size_t)size, sizeof(int));
+    int *displs = calloc((size_t)size, sizeof(int));
+    const bool victim = victims >> rank & 1;
+    struct rlimit old, tight;
+    MPIX_Zcopy_stats before, after;
+    bool falls_back = false;
+    zt_arena_t arena;
+    size_t used = 0, bad = 0;
+    int total = 0, rc;
+    char what[96];
+    double *buf;
+
+    zt_require(counts != NULL && displs != NULL, "calloc");
+    for (int j = size - 1; j >= 0; j--) {
+        counts[j] = a2av_count(rank, j, count);
+        displs[j] = total;
+        total += counts[j];
+    }
+    /* A victim fails where it maps someone: a rank above it that it shares
+     * a block with. Its pairs with a block then trade as messages. */
+    for (int i = 0; i <= rank; i++) {
+        bool failed = false;
+
+        for (int j = i + 1; j < size && (victims >> i & 1); j++)
+            failed = failed || a2av_count(i, j, count) > 0;
+        if (failed && (i == rank || a2av_count(i, rank, count) > 0))
+            falls_back = true;
+    }
+    zt_arena_init(&arena, MPI_COMM_WORLD, 64 * MIB);
+    buf = zt_arena_alloc(&arena, &used, (size_t)total * sizeof(double) + 8);
+    for (int j = 0; j < size; j++)
+        for (int i = 0; i < counts[j]; i++)
+            buf[displs[j] + i] = ip_input(rank, j, (size_t)i);
+    snprintf(what, sizeof(what), "alltoallv in place, ranks %#x out of "
+             "address space", victims);
+    getrlimit(RLIMIT_AS, &old);
+    tight = old;
+    if (victim) {
+        tight.rlim_cur = proc_vm_size() + 16 * MIB;
+        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+    }
+    before = zt_stats(MPI_COMM_WORLD);
+    arm(what);
+    rc = MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, buf,
+                       counts, displs, MPI_DOUBLE, MPI_COMM_WORLD);
+    alarm(0);
+    after = zt_stats(MPI_COMM_WORLD);
+    if (victim)
+        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
+    for (int j = 0; j < size; j++)
+        for (int i = 0; i < counts[j]; i++)
+            bad += buf[displs[j] + i] != ip_input(j, rank, (size_t)i);
+    ZT_CHECK(bad == 0, "%s: %zu wrong elements on rank %d", what, bad, rank);
+    if (falls_back)
+        ZT_CHECK(after.fallback_calls == before.fallback_calls + 1 &&
+                 strstr(after.last_fallback_reason, "could not be mapped"),
+                 "%s: rank %d: fallback +%llu, reason \"%s\"", what, rank,
+                 (unsigned long long)(after.fallback_calls -
+                                      before.fallback_calls),
+                 after.last_fallback_reason);
+    else
+        ZT_CHECK(after.zcopy_calls == before.zcopy_calls + 1, "%s: rank %d "
+                 "not zero-copy (%s)", what, rank,
+                 after.last_fallback_reason);
+    MPI_Barrier(MPI_COMM_WORLD);
+    zt_arena_fini(&arena);
+    free(counts);
+    free(displs);
+}
+
 /* The failing ranks: the first, the last (whose slice and block are not
  * at the front), and both. */
 static void run_mapfail_in_place(void)
@@ -1006,6 +1093,8 @@ static void run_mapfail_in_place(void)
         mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, 1u << 1);
         mapfail_in_place(IP_ALLTOALL, "alltoall", small, 0, 3u);
     }
+    for (unsigned v = 0; v < 1u << size && size <= 4; v++)
+        mapfail_alltoallv(512, v);
 }
 
 /* --- rooted calls whose blocks a rank cannot reach ------------------------ */
