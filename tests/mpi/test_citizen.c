@@ -1065,6 +1065,43 @@ static void mapfail_alltoallv(int count, unsigned victims)
     free(displs);
 }
 
+/* An in-place alltoall whose rank 0 can neither map its partners nor
+ * copy the blocks it owes them (each larger than its address space has
+ * left): it reports so before anyone trades, and the call fails with an
+ * MPI error on every rank of its pairs instead of leaving one waiting. */
+static void mapfail_broken(void)
+{
+    const size_t count = (size_t)(17 * MIB) / sizeof(double);
+    struct rlimit old, tight;
+    zt_arena_t arena;
+    size_t used = 0;
+    double *buf;
+    int rc;
+
+    zt_arena_init(&arena, MPI_COMM_WORLD, (size_t)size * 17 * MIB + MIB);
+    buf = zt_arena_alloc(&arena, &used, (size_t)size * count * sizeof(double));
+    for (size_t i = 0; i < (size_t)size * count; i++)
+        buf[i] = (double)rank;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    getrlimit(RLIMIT_AS, &old);
+    tight = old;
+    if (rank == 0) {
+        tight.rlim_cur = proc_vm_size() + 16 * MIB;
+        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+    }
+    arm("alltoall in place, rank 0 without room to map or copy");
+    rc = MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count,
+                      MPI_DOUBLE, MPI_COMM_WORLD);
+    alarm(0);
+    if (rank == 0)
+        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    ZT_CHECK(rc != MPI_SUCCESS, "alltoall in place, rank 0 without room to "
+             "map or copy: rank %d returned success", rank);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Barrier(MPI_COMM_WORLD);
+    zt_arena_fini(&arena);
+}
+
 /* The failing ranks: the first, the last (whose slice and block are not
  * at the front), and both. */
 static void run_mapfail_in_place(void)
@@ -1095,6 +1132,7 @@ static void run_mapfail_in_place(void)
     }
     for (unsigned v = 0; v < 1u << size && size <= 4; v++)
         mapfail_alltoallv(512, v);
+    mapfail_broken();
 }
 
 /* --- rooted calls whose blocks a rank cannot reach ------------------------ */
