@@ -183,8 +183,8 @@ static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags,
         return ZCOPY_SUCCESS;
     if (flags & ZCOPY_SYNC_BROKEN)
         return zcopy_error(ZCOPY_ERR_SYSTEM, "alltoall in place: rank %d "
-                           "could neither reach this rank's memory nor post "
-                           "its blocks", i);
+                           "could neither reach its partners' memory nor "
+                           "post its blocks", i);
     st = zcopy_algo_p2p_post(al, i, true, rbuf + off, len, &req);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_algo_p2p_wait(al, i, true, req, len);
