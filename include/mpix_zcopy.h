@@ -30,7 +30,10 @@ extern "C" {
 
 typedef struct {
     uint64_t zcopy_calls;     /* collectives that took the zero-copy path */
-    uint64_t fallback_calls;  /* collectives handed to the previous component */
+    uint64_t fallback_calls;  /* collectives handed to the previous
+                                 component, or finished through the
+                                 point-to-point engine after a peer's
+                                 memory could not be mapped */
     uint64_t ipc_bytes;       /* bytes this rank moved through peer mappings */
     uint64_t ucx_bytes;       /* bytes this rank moved through UCX */
     char last_fallback_reason[64];

@@ -516,7 +516,9 @@ int mca_coll_zcopy_register_pvars(void)
         { "zcopy_calls", "Collectives on this communicator that took the "
           "zero-copy path", PVAR_ZCOPY_CALLS },
         { "fallback_calls", "Collectives on this communicator handed to the "
-          "previously selected component", PVAR_FALLBACK_CALLS },
+          "previously selected component, or finished through the "
+          "point-to-point engine after a peer's memory could not be mapped",
+          PVAR_FALLBACK_CALLS },
         { "ipc_bytes", "Bytes this rank moved through peer mappings on this "
           "communicator", PVAR_IPC_BYTES },
         { "ucx_bytes", "Bytes this rank moved through UCX on this "

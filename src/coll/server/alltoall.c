@@ -182,9 +182,9 @@ static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags,
     if (len == 0)
         return ZCOPY_SUCCESS;
     if (flags & ZCOPY_SYNC_BROKEN)
-        return zcopy_error(ZCOPY_ERR_SYSTEM, "alltoall in place: rank %d "
-                           "could neither reach its partners' memory nor "
-                           "post its blocks", i);
+        return zcopy_error(ZCOPY_ERR_SYSTEM, "%s in place: rank %d could "
+                           "neither reach its partners' memory nor post its "
+                           "blocks", zcopy_coll_names[al->a->type], i);
     st = zcopy_algo_p2p_post(al, i, true, rbuf + off, len, &req);
     if (st == ZCOPY_SUCCESS)
         st = zcopy_algo_p2p_wait(al, i, true, req, len);
@@ -218,9 +218,9 @@ static zcopy_status_t swap_repair(zcopy_algo_t *al, swap_trade_t *mine)
 
         st = st == ZCOPY_SUCCESS ? one : st;
     } else if (al->failed) {
-        st = zcopy_error(ZCOPY_ERR_SYSTEM, "alltoall in place: could not "
-                         "post the blocks of the pairs this rank could not "
-                         "swap");
+        st = zcopy_error(ZCOPY_ERR_SYSTEM, "%s in place: could not post the "
+                         "blocks of the pairs this rank could not swap",
+                         zcopy_coll_names[al->a->type]);
     }
     if (st != ZCOPY_SUCCESS)
         return st;

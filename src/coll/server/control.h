@@ -295,7 +295,7 @@ unsigned zcopy_ctl_sync_from(zcopy_ctl_t *ctl, int leader, unsigned flags);
  * last to leave, and it yields while it waits. */
 unsigned zcopy_ctl_sync_to(zcopy_ctl_t *ctl, int leader, unsigned flags);
 
-/* What @rank reported (zcopy_ctl_flags_at_sync), or whether it reported
+/* What @rank reported, or (zcopy_ctl_failed_at_sync) whether it reported
  * FAILED, at the sync this rank passed last, a full one or, at its
  * leader, one to it (after a one-sided sync, other peers may not have
  * stored their word yet): the same answer on every rank that may ask

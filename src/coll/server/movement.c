@@ -46,9 +46,8 @@ static zcopy_status_t rooted_done_peer(zcopy_algo_t *al, void *mine,
 
     if (al->failed)
         st = zcopy_algo_p2p_post(al, root, to_root, mine, len, &req);
-    zcopy_ctl_sync_to(al->ctl, root,
-                      st != ZCOPY_SUCCESS ? ZCOPY_SYNC_BROKEN
-                                          : zcopy_algo_report(al));
+    al->broken = st != ZCOPY_SUCCESS;
+    zcopy_ctl_sync_to(al->ctl, root, zcopy_algo_report(al));
     if (!al->failed)
         return ZCOPY_SUCCESS;
     if (req == NULL)
