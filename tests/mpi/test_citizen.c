@@ -781,6 +781,27 @@ static void run_release(void)
 
 /* --- a peer's memory that cannot be mapped ------------------------------- */
 
+/* Where @on, leaves this process @room bytes of address space beyond what
+ * it uses, so that its next mapping of a peer's range fails; returns the
+ * limit as_restore() puts back. */
+static struct rlimit as_squeeze(bool on, size_t room)
+{
+    struct rlimit old, tight;
+
+    zt_require(getrlimit(RLIMIT_AS, &old) == 0, "getrlimit");
+    tight = old;
+    tight.rlim_cur = proc_vm_size() + room;
+    if (on)
+        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
+    return old;
+}
+
+static void as_restore(bool on, const struct rlimit *old)
+{
+    if (on)
+        zt_require(setrlimit(RLIMIT_AS, old) == 0, "setrlimit back");
+}
+
 static void mapfail_allreduce(double *in, double *out, size_t count,
                               bool expect_zcopy, const char *what)
 {
@@ -814,7 +835,7 @@ static void mapfail_allreduce(double *in, double *out, size_t count,
 static void run_mapfail(void)
 {
     const size_t count = 512; /* 4 KiB: mapped, not inline */
-    struct rlimit old, tight;
+    struct rlimit old;
     zt_arena_t arena;
     size_t used = 0;
     double *in, *out;
@@ -824,16 +845,10 @@ static void run_mapfail(void)
     out = zt_arena_alloc(&arena, &used, count * sizeof(double));
     /* Rank 0 has mapped no peer yet: its first import needs a mirror of
      * each peer's 64 MiB range, which the limit leaves no room for. */
-    getrlimit(RLIMIT_AS, &old);
-    tight = old;
-    if (rank == 0) {
-        tight.rlim_cur = proc_vm_size() + 16 * MIB;
-        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
-    }
+    old = as_squeeze(rank == 0, 16 * MIB);
     mapfail_allreduce(in, out, count, false, "allreduce, rank 0 out of "
                       "address space");
-    if (rank == 0)
-        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    as_restore(rank == 0, &old);
     mapfail_allreduce(in, out, count, true, "allreduce, limit lifted");
     MPI_Barrier(MPI_COMM_WORLD);
     zt_arena_fini(&arena);
@@ -934,7 +949,7 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
         : coll == IP_REDUCE && count * sizeof(double) <= 16384
             ? (victims >> root & 1) != 0
             : true;
-    struct rlimit old, tight;
+    struct rlimit old;
     MPIX_Zcopy_stats before, after;
     zt_arena_t arena;
     size_t used = 0, bad;
@@ -944,8 +959,6 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
 
     zt_arena_init(&arena, MPI_COMM_WORLD, 64 * MIB);
     buf = zt_arena_alloc(&arena, &used, (size_t)size * count * sizeof(double));
-    getrlimit(RLIMIT_AS, &old);
-    tight = old;
     for (int pass = 0; pass < 2; pass++) {
         const bool limited = pass == 0;
 
@@ -953,17 +966,13 @@ static void mapfail_in_place(ip_coll_t coll, const char *name, size_t count,
                  "%#x", name, count, root, limited ? "out of address space:"
                                                    : "limit lifted, was", victims);
         ip_fill(coll, buf, count);
-        if (limited && victim) {
-            tight.rlim_cur = proc_vm_size() + 16 * MIB;
-            zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
-        }
+        old = as_squeeze(limited && victim, 16 * MIB);
         before = zt_stats(MPI_COMM_WORLD);
         arm(what);
         rc = ip_call(coll, buf, count, root);
         alarm(0);
         after = zt_stats(MPI_COMM_WORLD);
-        if (limited && victim)
-            zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+        as_restore(limited && victim, &old);
         ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
         bad = ip_check(coll, buf, count, root);
         ZT_CHECK(bad == 0, "%s: %zu wrong elements", what, bad);
@@ -1004,7 +1013,7 @@ static void mapfail_alltoallv(int count, unsigned victims)
     int *counts = calloc((size_t)size, sizeof(int));
     int *displs = calloc((size_t)size, sizeof(int));
     const bool victim = victims >> rank & 1;
-    struct rlimit old, tight;
+    struct rlimit old;
     MPIX_Zcopy_stats before, after;
     bool falls_back = false;
     zt_arena_t arena;
@@ -1036,20 +1045,14 @@ static void mapfail_alltoallv(int count, unsigned victims)
             buf[displs[j] + i] = ip_input(rank, j, (size_t)i);
     snprintf(what, sizeof(what), "alltoallv in place, ranks %#x out of "
              "address space", victims);
-    getrlimit(RLIMIT_AS, &old);
-    tight = old;
-    if (victim) {
-        tight.rlim_cur = proc_vm_size() + 16 * MIB;
-        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
-    }
+    old = as_squeeze(victim, 16 * MIB);
     before = zt_stats(MPI_COMM_WORLD);
     arm(what);
     rc = MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, buf,
                        counts, displs, MPI_DOUBLE, MPI_COMM_WORLD);
     alarm(0);
     after = zt_stats(MPI_COMM_WORLD);
-    if (victim)
-        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    as_restore(victim, &old);
     ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
     for (int j = 0; j < size; j++)
         for (int i = 0; i < counts[j]; i++)
@@ -1078,7 +1081,7 @@ static void mapfail_alltoallv(int count, unsigned victims)
 static void mapfail_broken(void)
 {
     const size_t count = (size_t)(17 * MIB) / sizeof(double);
-    struct rlimit old, tight;
+    struct rlimit old;
     zt_arena_t arena;
     size_t used = 0;
     double *buf;
@@ -1089,18 +1092,12 @@ static void mapfail_broken(void)
     for (size_t i = 0; i < (size_t)size * count; i++)
         buf[i] = (double)rank;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    getrlimit(RLIMIT_AS, &old);
-    tight = old;
-    if (rank == 0) {
-        tight.rlim_cur = proc_vm_size() + 16 * MIB;
-        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
-    }
+    old = as_squeeze(rank == 0, 16 * MIB);
     arm("alltoall in place, rank 0 without room to map or copy");
     rc = MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count,
                       MPI_DOUBLE, MPI_COMM_WORLD);
     alarm(0);
-    if (rank == 0)
-        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    as_restore(rank == 0, &old);
     ZT_CHECK(rc != MPI_SUCCESS, "alltoall in place, rank 0 without room to "
              "map or copy: rank %d returned success", rank);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
@@ -1179,7 +1176,7 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root,
     const bool repairs = victim || (rank == root && victims != 0);
     int *counts = calloc((size_t)size, sizeof(int));
     int *displs = calloc((size_t)size, sizeof(int));
-    struct rlimit old, tight;
+    struct rlimit old;
     MPIX_Zcopy_stats before, after;
     zt_arena_t arena;
     size_t used = 0, total = 0, bad = 0;
@@ -1216,12 +1213,7 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root,
     for (int i = 0; i < n; i++)
         mine[i] = coll == RT_GATHER || coll == RT_GATHERV
                       ? rt_value(rank, (size_t)i) : -1;
-    getrlimit(RLIMIT_AS, &old);
-    tight = old;
-    if (victim) {
-        tight.rlim_cur = proc_vm_size() + 16 * MIB;
-        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
-    }
+    old = as_squeeze(victim, 16 * MIB);
     before = zt_stats(MPI_COMM_WORLD);
     arm(what);
     switch (coll) {
@@ -1251,8 +1243,7 @@ static void mapfail_rooted(rt_coll_t coll, int base, int root,
     }
     alarm(0);
     after = zt_stats(MPI_COMM_WORLD);
-    if (victim)
-        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    as_restore(victim, &old);
     ZT_CHECK(rc == MPI_SUCCESS, "%s: returned %d", what, rc);
     if (coll == RT_BCAST)
         for (int i = 0; i < base; i++)
@@ -1325,7 +1316,7 @@ static void run_mapfail_rooted(void)
 static void run_setupretry(void)
 {
     const size_t count = 512;
-    struct rlimit old, tight;
+    struct rlimit old;
     zt_arena_t arena;
     size_t used = 0;
     double *in, *out;
@@ -1343,17 +1334,11 @@ static void run_setupretry(void)
      * set-up lacks is its control segment. */
     MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    getrlimit(RLIMIT_AS, &old);
-    tight = old;
-    if (rank == 0) { /* no room for one more mapping */
-        tight.rlim_cur = proc_vm_size();
-        zt_require(setrlimit(RLIMIT_AS, &tight) == 0, "setrlimit");
-    }
+    old = as_squeeze(rank == 0, 0); /* no room for one more mapping */
     arm("allreduce whose set-up runs out of memory");
     MPI_Allreduce(in, out, (int)count, MPI_DOUBLE, MPI_SUM, comm);
     alarm(0);
-    if (rank == 0)
-        zt_require(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+    as_restore(rank == 0, &old);
     s = zt_stats(comm);
     ZT_CHECK(s.fallback_calls == 1 && strstr(s.last_fallback_reason, "memory"),
              "first call: %llu fallbacks, reason \"%s\"",

@@ -141,6 +141,9 @@ zcopy_status_t zcopy_algo_p2p_post(zcopy_algo_t *al, int peer, bool send,
 /* Waits for a request zcopy_algo_p2p_post() made. */
 zcopy_status_t zcopy_algo_p2p_wait(zcopy_algo_t *al, int peer, bool send,
                                    void *req, size_t len);
+/* Both: one block moved, and waited for. */
+zcopy_status_t zcopy_algo_p2p_move(zcopy_algo_t *al, int peer, bool send,
+                                   void *buf, size_t len);
 /* Cancels a receive it posted that nothing will match, and frees it. */
 void zcopy_algo_p2p_cancel(void *req);
 

@@ -174,7 +174,6 @@ static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags,
 {
     uint8_t *rbuf = al->a->rbuf;
     zcopy_status_t st, got;
-    void *req = NULL;
     size_t off, len;
 
     recv_block(al, i, &off, &len);
@@ -185,12 +184,8 @@ static zcopy_status_t trade_with(zcopy_algo_t *al, int i, unsigned flags,
         return zcopy_error(ZCOPY_ERR_SYSTEM, "%s in place: rank %d could "
                            "neither reach its partners' memory nor post its "
                            "blocks", zcopy_coll_names[al->a->type], i);
-    st = zcopy_algo_p2p_post(al, i, true, rbuf + off, len, &req);
-    if (st == ZCOPY_SUCCESS)
-        st = zcopy_algo_p2p_wait(al, i, true, req, len);
-    got = zcopy_algo_p2p_post(al, i, false, rbuf + off, len, &req);
-    if (got == ZCOPY_SUCCESS)
-        got = zcopy_algo_p2p_wait(al, i, false, req, len);
+    st = zcopy_algo_p2p_move(al, i, true, rbuf + off, len);
+    got = zcopy_algo_p2p_move(al, i, false, rbuf + off, len);
     return st == ZCOPY_SUCCESS ? got : st;
 }
 

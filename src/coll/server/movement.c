@@ -71,7 +71,6 @@ static zcopy_status_t rooted_done_root(zcopy_algo_t *al,
     for (int j = 0; j < al->nranks; j++) {
         const unsigned flags = zcopy_ctl_flags_at_sync(al->ctl, j);
         zcopy_status_t one = ZCOPY_SUCCESS;
-        void *req = NULL;
         uint8_t *buf;
         size_t len;
         bool send;
@@ -84,9 +83,7 @@ static zcopy_status_t rooted_done_root(zcopy_algo_t *al,
                               zcopy_coll_names[al->a->type], j);
         } else {
             send = root_block(al, j, &buf, &len);
-            one = zcopy_algo_p2p_post(al, j, send, buf, len, &req);
-            if (one == ZCOPY_SUCCESS)
-                one = zcopy_algo_p2p_wait(al, j, send, req, len);
+            one = zcopy_algo_p2p_move(al, j, send, buf, len);
         }
         /* Every rank that posted its part waits for the root's: serve
          * them all before failing. */

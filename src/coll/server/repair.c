@@ -75,6 +75,16 @@ zcopy_status_t zcopy_algo_p2p_wait(zcopy_algo_t *al, int peer, bool send,
     return ZCOPY_SUCCESS;
 }
 
+zcopy_status_t zcopy_algo_p2p_move(zcopy_algo_t *al, int peer, bool send,
+                                   void *buf, size_t len)
+{
+    void *req;
+    zcopy_status_t st = zcopy_algo_p2p_post(al, peer, send, buf, len, &req);
+
+    return st == ZCOPY_SUCCESS ? zcopy_algo_p2p_wait(al, peer, send, req, len)
+                               : st;
+}
+
 void zcopy_algo_p2p_cancel(void *req)
 {
     zcopy_host.p2p_cancel(req);
