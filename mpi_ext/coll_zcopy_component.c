@@ -231,12 +231,13 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->inline_max_yield);
     zcopy_register_ulong("root_moves_max",
         "Where ranks outnumber cores (waits yield the processor), the root "
-        "of a bcast, gather(v), scatter(v) or reduce inside one server that "
-        "moves at most this many bytes to or from its peers moves (or "
-        "reduces) them all itself: the other ranks then wait for the root "
-        "alone and the root for nobody, one trip through the scheduler "
-        "fewer. The root decides and tells the others, so ranks may "
-        "differ. 0: never",
+        "of a bcast, gather(v) or reduce inside one server that moves at "
+        "most this many bytes to or from its peers moves (or reduces) them "
+        "all itself: the other ranks then wait for the root alone and the "
+        "root for nobody, one trip through the scheduler fewer. Not a "
+        "scatter(v), whose other ranks pull their own blocks and leave. "
+        "The root decides and tells the others, so ranks may differ. 0: "
+        "never",
         OPAL_INFO_LVL_9, &c->root_moves_max);
     zcopy_register_ulong("rooted_yield_min",
         "Where some rank's waits yield the processor without sleeping, or "

@@ -2,8 +2,9 @@
  * Pure data movement: allgather(v), bcast, gather(v), scatter(v). Each rank
  * moves its own share at once: allgather and scatter pull into the local
  * output, gather pushes into the root's output, bcast pulls from the root.
- * Where ranks outnumber cores, a root whose record says so moves every
- * block itself instead (server/run.c says when), and only it can fail.
+ * Where ranks outnumber cores, the root of a bcast or gather whose record
+ * says so moves every block itself instead (server/run.c says when), and
+ * only it can fail.
  * Peers are visited starting after this rank so that ranks do not all read
  * the same peer first. No rank writes any input (in place included), so a
  * call a rank could not finish is redone by the fallback; except where
@@ -258,32 +259,6 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
 }
 
 /* The root pushes every block into its rank's output (its own layout). */
-static zcopy_status_t scatter_by_root(zcopy_algo_t *al, bool vector)
-{
-    const zcopy_coll_args_t *a = al->a;
-    const int n = al->nranks, r = al->rank;
-    const uint8_t *in = a->sbuf;
-    size_t len, off;
-
-    if (r != a->root)
-        return zcopy_algo_done_by_root(al);
-    for (int k = 1; k < n; k++) {
-        int j = (r + k) % n;
-        block_of(vector, a->scounts, a->sdispls, a->scount, al->ssize, j,
-                 &off, &len);
-        zcopy_algo_copy(al,
-                        zcopy_algo_at(al, j, zcopy_algo_args(al, j)->rbuf, 0,
-                                      len),
-                        in + off, len, true);
-    }
-    if (a->rbuf != MPI_IN_PLACE) {
-        block_of(vector, a->scounts, a->sdispls, a->scount, al->ssize, r,
-                 &off, &len);
-        zcopy_algo_copy(al, a->rbuf, in + off, len, false);
-    }
-    return zcopy_algo_done_by_root(al);
-}
-
 static bool scatter_root_block(zcopy_algo_t *al, int j, uint8_t **buf,
                                size_t *len)
 {
@@ -304,8 +279,6 @@ zcopy_status_t zcopy_algo_scatter(zcopy_algo_t *al)
     uint64_t in = zcopy_algo_args(al, root)->sbuf;
     size_t len;
 
-    if (zcopy_algo_root_moves(al))
-        return scatter_by_root(al, vector);
     if (r != root) {
         len = a->rcount * al->rsize;
         zcopy_algo_copy(al, a->rbuf,
