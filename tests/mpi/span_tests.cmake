@@ -50,6 +50,15 @@ zcopy_add_mpi_test(NAME mpi.span_plane.vservers4.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=4 LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=2 LABELS span)
+# An alltoall whose blocks between servers are all pushed: on virtual
+# servers of one host its last sync still spans the servers (the emulated
+# cluster's runs, tests/cluster, check that it stays inside each there).
+zcopy_mpi_executable(test_span_push)
+zcopy_add_mpi_test(NAME mpi.span_push.vservers2.np4 TARGET test_span_push
+                   NP 4 ARGS shared
+                   MCA coll_zcopy_virtual_servers=2 coll_zcopy_ucx_push_min=4096
+                       coll_zcopy_span_inline_max=0
+                   LABELS span)
 # Scale by simulation: 16 servers of 2 (a few seconds here).
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers16.np32 TARGET test_span_plane
                    NP 32 MCA coll_zcopy_virtual_servers=16 LABELS span scale)

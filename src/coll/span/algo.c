@@ -650,5 +650,19 @@ zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
         if (alltoall_pushed(sa, j, rlen) == 0)
             zcopy_span_get(sa, j, src, rlen, out + roff);
     }
+    /* Where every block between groups was pushed, nobody outside the
+     * group reads or writes this rank's buffers once its pushes are done:
+     * only its group waits for its readers, and no message goes between
+     * servers. Every rank knows: an alltoall's blocks are one size
+     * everywhere (not a v-form's), and the layout is agreed at set-up.
+     * Not where groups share a host's cores: a group that left early
+     * competes there for the CPUs of one still copying (2 virtual
+     * servers of 2 ranks, alltoall of 1 MiB: 271 against 228 us with the
+     * full sync; 2 emulated servers of 2 ranks, 682 against 781 us,
+     * medians of 9 interleaved jobs). */
+    if (!v && !sa->sp->hosts_shared &&
+        zcopy_span_pushes(sa, a->scount * sa->ssize))
+        return zcopy_span_sync_group(sa) ? ZCOPY_ERR_INTERNAL
+                                         : ZCOPY_SUCCESS;
     return span_finish(sa);
 }

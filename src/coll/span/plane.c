@@ -29,6 +29,15 @@
  * Bruck's allgather (plane_gather), a sync's reports by dissemination
  * (plane_disseminate).
  *
+ * A group sync (zcopy_span_plane_sync_group) is a round whose leader
+ * sends and receives nothing: it ends a collective in which no rank of
+ * another group touches this group's buffers any more once this group's
+ * own transfers have completed (an alltoall whose every block between
+ * servers is pushed). Every rank knows from the call alone that it is one,
+ * so round numbers stay the same everywhere; a leader may then begin the
+ * next arrival while another group is still in the collective, and its
+ * message waits for that group's leader as any early message does.
+ *
  * An arrival that a rank of the group declined is settled by the group
  * alone
  * (plane_settles): the leader posts its messages as above and completes
@@ -713,12 +722,21 @@ static bool plane_gather(zcopy_comm_t *zc, zcopy_span_t *sp, uint64_t round,
     return ok;
 }
 
+/* What a round passes. */
+typedef enum {
+    PLANE_ARRIVAL,                /* every rank's arrival, to every rank */
+    PLANE_SYNC,                   /* every rank's report, or-ed */
+    PLANE_GROUP_SYNC              /* the reports of this rank's group alone:
+                                     no message between servers */
+} plane_round_t;
+
 /* One round: this rank enters it with @flags; returns the round's flags
  * (a sync's reports, or-ed), with ZCOPY_SYNC_BROKEN when the leaders'
  * messages failed. */
-static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
-                            unsigned flags)
+static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
+                            plane_round_t kind, unsigned flags)
 {
+    const bool arrival = kind == PLANE_ARRIVAL;
     const uint64_t round = ++sp->rounds;
     const int g = sp->group[sp->rank];
     const int gsize = zcopy_span_group_size(sp, g);
@@ -750,7 +768,9 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp, bool arrival,
         any |= line->flags;
     }
     sp->sync_out = any;
-    if (arrival && plane_settles(sp, any)) {
+    if (kind == PLANE_GROUP_SYNC) {
+        top->failed = !settled_before;
+    } else if (arrival && plane_settles(sp, any)) {
         const bool posted = plane_exchange_post(zc, sp, true, round,
                                                 &sp->deferred);
 
@@ -795,7 +815,7 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
         memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);
         plane_count(zc, 0, len);
     }
-    any = plane_round(zc, sp, true, flags);
+    any = plane_round(zc, sp, PLANE_ARRIVAL, flags);
     sp->settled = any & PLANE_SETTLED;
     return any & ZCOPY_SYNC_BROKEN
                ? zcopy_error(ZCOPY_ERR_INTERNAL, "control messages between "
@@ -806,5 +826,11 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
 unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
                                unsigned flags)
 {
-    return plane_round(zc, sp, false, flags & ZCOPY_SYNC_MASK);
+    return plane_round(zc, sp, PLANE_SYNC, flags & ZCOPY_SYNC_MASK);
+}
+
+unsigned zcopy_span_plane_sync_group(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                     unsigned flags)
+{
+    return plane_round(zc, sp, PLANE_GROUP_SYNC, flags & ZCOPY_SYNC_MASK);
 }

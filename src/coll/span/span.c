@@ -128,10 +128,18 @@ static void span_group(zcopy_span_t *sp, const span_hello_t *all)
     if (!one_per_rank)
         qsort_r(sp->members, (size_t)n, sizeof(int), span_by_server,
                 (void *)all);
+    sp->hosts_shared = one_per_rank;
     for (int i = 0, lead = 0; i < n; i++) {
-        if (one_per_rank ||
-            !same_server(&all[sp->members[i]], &all[sp->members[lead]]))
+        const span_hello_t *h = &all[sp->members[i]];
+
+        if (one_per_rank || !same_server(h, &all[sp->members[lead]])) {
+            /* Sorted by host first: virtual servers of one host follow
+             * each other. */
+            if (i > 0 && h->where.server[0] ==
+                             all[sp->members[lead]].where.server[0])
+                sp->hosts_shared = true;
             lead = i;
+        }
         first[sp->members[i]] = sp->members[lead];
     }
     /* In rank order, a server's first rank comes before its others. */
@@ -809,6 +817,14 @@ bool zcopy_span_sync(zcopy_span_algo_t *sa)
     return zcopy_span_plane_sync(sa->zc, sa->sp, sa->failed
                                                      ? ZCOPY_SYNC_FAILED
                                                      : 0) != 0;
+}
+
+bool zcopy_span_sync_group(zcopy_span_algo_t *sa)
+{
+    zcopy_span_complete(sa);
+    return zcopy_span_plane_sync_group(sa->zc, sa->sp, sa->failed
+                                                           ? ZCOPY_SYNC_FAILED
+                                                           : 0) != 0;
 }
 
 /* At least @bytes of landing area, kept between calls. */

@@ -160,6 +160,10 @@ typedef struct zcopy_span {
     bool p2p_lost;                /* a read's request through the point-to-
                                      point engine was lost: auto no longer
                                      takes that engine here */
+    bool hosts_shared;            /* some groups are virtual servers of
+                                     one host, whose cores they share
+                                     (or transport=ucx): the same on
+                                     every rank */
     bool gets_emulated;           /* no rank's UCX has a transport whose
                                      get is real: every get between groups
                                      is emulated (agreed at set-up) */
@@ -252,6 +256,14 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
  * or-ed; ZCOPY_SYNC_BROKEN too if messages between servers failed. */
 unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
                                unsigned flags);
+
+/* A synchronisation of the ranks of this rank's group alone, with no
+ * message between servers: where no rank of another group reads or
+ * writes this group's buffers once this rank's own transfers are done.
+ * Every rank of the communicator must know from the call that it is one.
+ * Returns what the group's ranks reported, or-ed. */
+unsigned zcopy_span_plane_sync_group(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                     unsigned flags);
 
 /* Bytes a sender's payload of @len takes in an arrival: whole lines, so
  * that ranks of a server write theirs without sharing one. */
@@ -425,6 +437,10 @@ void zcopy_span_complete(zcopy_span_algo_t *sa);
 /* A sync of every rank: zcopy_span_complete(), then agreement; true when
  * any rank failed. Every rank passes the same syncs. */
 bool zcopy_span_sync(zcopy_span_algo_t *sa);
+
+/* The same among the ranks of this rank's group only
+ * (zcopy_span_plane_sync_group): true when one of them failed. */
+bool zcopy_span_sync_group(zcopy_span_algo_t *sa);
 
 
 

@@ -1,0 +1,171 @@
+/*
+ * An alltoall whose every block between servers is pushed through the
+ * job's point-to-point engine (coll_zcopy_ucx_push_min) ends with a sync of
+ * each server's ranks alone where the servers are hosts of their own: no
+ * rank of another server touches this server's buffers once its pushes
+ * are done, so no control message crosses servers after the arrival. Where
+ * the servers are virtual servers of one host, which share its cores, the
+ * sync still spans every rank (coll/span/algo.c says why).
+ *
+ *   test_span_push apart    every server a host (the emulated cluster):
+ *                           a leader sends one message per other server
+ *                           per call, for the arrival
+ *   test_span_push shared   virtual servers (coll_zcopy_virtual_servers):
+ *                           a leader sends two per other server per call
+ *
+ * Run with coll_zcopy_span_inline_max=0 and coll_zcopy_ucx_push_min=4096,
+ * so that blocks of 4 KiB and more are pushed. Every call's results are
+ * checked on every rank, and its statistics say that it was zero-copy,
+ * that every block from another server came as a push, and how many
+ * control messages this rank sent. Each alltoall is followed at once by
+ * an allreduce, so that a server that leaves the alltoall early sends its
+ * next arrival while another is still inside.
+ */
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CALLS 12
+
+static int rank, nranks;
+
+/* This rank's server: how many ranks it has, whether this rank leads it
+ * (its lowest rank), and how many servers there are. */
+typedef struct {
+    int size;
+    bool leader;
+    int count;
+} server_t;
+
+static server_t server_of(bool apart)
+{
+    server_t s;
+    int leaders;
+
+    if (apart) {
+        MPI_Comm host;
+        int local;
+
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                            MPI_INFO_NULL, &host);
+        MPI_Comm_size(host, &s.size);
+        MPI_Comm_rank(host, &local);
+        s.leader = local == 0;
+        MPI_Comm_free(&host);
+    } else { /* consecutive blocks of ranks, as zcopy splits a host */
+        const int v = zt_cvar_int("coll_zcopy_virtual_servers", 1);
+        const int per = (nranks + v - 1) / v;
+        const int first = rank / per * per;
+
+        s.size = first + per <= nranks ? per : nranks - first;
+        s.leader = rank == first;
+    }
+    leaders = s.leader;
+    MPI_Allreduce(&leaders, &s.count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return s;
+}
+
+/* The element @i of the block rank @from sends rank @to in call @call. */
+static int value(int from, int to, int i, int call)
+{
+    return zt_value(from * nranks + to, i, call);
+}
+
+static void run_alltoall(const server_t *s, bool apart, int *send, int *recv,
+                         int ints, int call)
+{
+    const unsigned long long block = (unsigned long long)ints * sizeof(int);
+    const unsigned long long others = (unsigned long long)s->count - 1;
+    unsigned long long want_msgs, msgs, p2p;
+    MPIX_Zcopy_stats b, a;
+    long bad = -1;
+
+    for (int to = 0; to < nranks; to++)
+        for (int i = 0; i < ints; i++)
+            send[to * ints + i] = value(rank, to, i, call);
+    for (int i = 0; i < ints * nranks; i++)
+        recv[i] = -1;
+    b = zt_stats(MPI_COMM_WORLD);
+    MPI_Alltoall(send, ints, MPI_INT, recv, ints, MPI_INT, MPI_COMM_WORLD);
+    a = zt_stats(MPI_COMM_WORLD);
+    for (int from = 0; from < nranks && bad < 0; from++) {
+        ZT_FIND_BAD(bad, recv + from * ints, (size_t)ints,
+                    value(from, rank, (int)i, call));
+        ZT_CHECK(bad < 0, "call %d: rank %d, element %ld of the block from "
+                 "rank %d is %d", call, rank, bad, from,
+                 bad < 0 ? 0 : recv[from * ints + bad]);
+    }
+    ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
+                 a.fallback_calls == b.fallback_calls &&
+                 a.inline_calls == b.inline_calls,
+             "call %d: rank %d: not one zero-copy call through transfers "
+             "(zcopy %llu, fallback %llu, inline %llu; %s)", call, rank,
+             (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
+             (unsigned long long)(a.fallback_calls - b.fallback_calls),
+             (unsigned long long)(a.inline_calls - b.inline_calls),
+             a.last_fallback_reason);
+    p2p = a.p2p_bytes - b.p2p_bytes;
+    ZT_CHECK(p2p == block * (unsigned long long)(nranks - s->size),
+             "call %d: rank %d received %llu bytes as pushes, expected a "
+             "block of %llu from each of the %d ranks of other servers", call,
+             rank, p2p, block, nranks - s->size);
+    /* A record per round (the arrival, the sync); a leader's messages to
+     * the other leaders: the arrival's, and the sync's where it spans. */
+    want_msgs = 2 + (s->leader ? others * (apart ? 1 : 2) : 0);
+    msgs = a.ctl_msgs - b.ctl_msgs;
+    ZT_CHECK(msgs == want_msgs, "call %d: rank %d (%s) sent %llu control "
+             "messages, expected %llu (%s)", call, rank,
+             s->leader ? "a leader" : "not a leader", msgs, want_msgs,
+             apart ? "servers apart: the last sync stays inside each"
+                   : "servers on one host: the last sync spans them");
+}
+
+/* Right after the alltoall: the sum of every rank's (rank + call). */
+static void run_allreduce(int call)
+{
+    int mine = rank + call, sum = -1;
+    const int want = nranks * (nranks - 1) / 2 + nranks * call;
+
+    MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ZT_CHECK(sum == want, "call %d: rank %d: allreduce after the alltoall "
+             "gave %d, expected %d", call, rank, sum, want);
+}
+
+int main(int argc, char **argv)
+{
+    const int most = 2048;
+    zt_arena_t arena;
+    server_t s;
+    size_t cursor = 0;
+    int *send, *recv;
+    bool apart;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    zt_require(argc == 2 && (!strcmp(argv[1], "apart") ||
+                             !strcmp(argv[1], "shared")),
+               "usage: test_span_push apart|shared");
+    apart = !strcmp(argv[1], "apart");
+    zt_require(zt_cvar_ulong("coll_zcopy_ucx_push_min", 0) == 4096 &&
+                   zt_cvar_ulong("coll_zcopy_span_inline_max", 1) == 0,
+               "run with coll_zcopy_ucx_push_min=4096 and "
+               "coll_zcopy_span_inline_max=0");
+    s = server_of(apart);
+    zt_require(s.count > 1 && s.count < nranks,
+               "needs several servers, one of several ranks");
+    zt_arena_init(&arena, MPI_COMM_WORLD,
+                  2 * (size_t)most * sizeof(int) * (size_t)nranks + 4096);
+    send = zt_arena_alloc(&arena, &cursor, (size_t)most * sizeof(int) *
+                                               (size_t)nranks);
+    recv = zt_arena_alloc(&arena, &cursor, (size_t)most * sizeof(int) *
+                                               (size_t)nranks);
+    /* Blocks of 4, 6 and 8 KiB in turn: every one pushed. */
+    for (int call = 0; call < CALLS; call++) {
+        run_alltoall(&s, apart, send, recv, 1024 + 512 * (call % 3), call);
+        run_allreduce(call);
+    }
+    zt_arena_fini(&arena);
+    return zt_finish();
+}
