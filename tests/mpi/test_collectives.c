@@ -73,7 +73,6 @@
  */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1249,21 +1248,6 @@ static uint64_t fnv1a(const char *s)
 
 static bool comm_splits_blocks(const int *wranks, int n);
 
-/* Whether a host has an InfiniBand or RoCE device, over which UCX may
- * offer rc or dc: then zcopy reads rather than pushes. */
-static bool host_has_rdma(void)
-{
-    DIR *d = opendir("/sys/class/infiniband");
-    struct dirent *e;
-    bool any = false;
-
-    while (d != NULL && !any && (e = readdir(d)) != NULL)
-        any = e->d_name[0] != '.';
-    if (d != NULL)
-        closedir(d);
-    return any;
-}
-
 /* Whether auto pushes alltoall blocks of push_min bytes or more between
  * the servers of WORLD or its dup, @ph: where some server has several of
  * its ranks (a host's ranks split into coll_zcopy_virtual_servers runs of
@@ -1274,7 +1258,7 @@ static bool phase_pushes(phase_t *ph)
 {
     const int vs = zt_cvar_int("coll_zcopy_virtual_servers", 1);
     const int servers = vs > 1 ? vs : 1; /* as the library clamps it */
-    int local, index, mine[2], most, rdma = host_has_rdma(), any_rdma;
+    int local, index, mine[2], most, rdma = zt_host_has_rdma(), any_rdma;
     int all[MAX_RANKS][2];
     MPI_Comm host;
 

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* fileno, dup */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -206,4 +207,17 @@ long zt_find_bad_sum(const int *got, int n, int nranks, int call)
             return i;
     }
     return -1;
+}
+
+bool zt_host_has_rdma(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    struct dirent *e;
+    bool any = false;
+
+    while (d != NULL && !any && (e = readdir(d)) != NULL)
+        any = e->d_name[0] != '.';
+    if (d != NULL)
+        closedir(d);
+    return any;
 }

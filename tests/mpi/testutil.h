@@ -74,4 +74,9 @@ unsigned long zt_cvar_ulong(const char *name, unsigned long dflt);
 /* The same for an int parameter. */
 int zt_cvar_int(const char *name, int dflt);
 
+/* Whether this host has an InfiniBand or RoCE device, over which UCX may
+ * offer rc or dc: then zcopy reads blocks between servers by get rather
+ * than pushing them (coll_zcopy_ucx_push_min). */
+bool zt_host_has_rdma(void);
+
 #endif

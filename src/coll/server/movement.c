@@ -258,7 +258,8 @@ zcopy_status_t zcopy_algo_gather(zcopy_algo_t *al)
                        gather_root_block);
 }
 
-/* The root pushes every block into its rank's output (its own layout). */
+/* Where block @j of a scatter lies in the root's input, which the root
+ * sends (rooted_done). */
 static bool scatter_root_block(zcopy_algo_t *al, int j, uint8_t **buf,
                                size_t *len)
 {

@@ -26,11 +26,19 @@
 
 #include <string.h>
 
-/* The last sync of every algorithm: no rank leaves while a peer may still
+/* The last sync of an algorithm: no rank leaves while a peer may still
  * read or write its buffers. */
 static zcopy_status_t span_finish(zcopy_span_algo_t *sa)
 {
     return zcopy_span_sync(sa) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
+}
+
+/* The same where only this rank's group may still touch its buffers once
+ * its own transfers are done: no message between servers. A failure is
+ * reported to the group's ranks, whose results it concerns. */
+static zcopy_status_t span_finish_group(zcopy_span_algo_t *sa)
+{
+    return zcopy_span_sync_group(sa) ? ZCOPY_ERR_INTERNAL : ZCOPY_SUCCESS;
 }
 
 static const zcopy_plan_args_t *args_of(const zcopy_span_algo_t *sa, int r)
@@ -656,13 +664,12 @@ zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
      * servers. Every rank knows: an alltoall's blocks are one size
      * everywhere (not a v-form's), and the layout is agreed at set-up.
      * Not where groups share a host's cores: a group that left early
-     * competes there for the CPUs of one still copying (2 virtual
-     * servers of 2 ranks, alltoall of 1 MiB: 271 against 228 us with the
-     * full sync; 2 emulated servers of 2 ranks, 682 against 781 us,
-     * medians of 9 interleaved jobs). */
+     * competes there for the CPUs of one still copying (alltoall of 1
+     * MiB, medians of 5 interleaved jobs: 2 virtual servers of 2 ranks
+     * 271 us against 228 with the full sync; 2 emulated servers of 2
+     * ranks, 9 jobs, 632 against 738; src/ucx/README.md). */
     if (!v && !sa->sp->hosts_shared &&
         zcopy_span_pushes(sa, a->scount * sa->ssize))
-        return zcopy_span_sync_group(sa) ? ZCOPY_ERR_INTERNAL
-                                         : ZCOPY_SUCCESS;
+        return span_finish_group(sa);
     return span_finish(sa);
 }

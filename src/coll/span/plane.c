@@ -728,13 +728,13 @@ typedef enum {
     PLANE_SYNC,                   /* every rank's report, or-ed */
     PLANE_GROUP_SYNC              /* the reports of this rank's group alone:
                                      no message between servers */
-} plane_round_t;
+} plane_round_kind_t;
 
 /* One round: this rank enters it with @flags; returns the round's flags
  * (a sync's reports, or-ed), with ZCOPY_SYNC_BROKEN when the leaders'
  * messages failed. */
 static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
-                            plane_round_t kind, unsigned flags)
+                            plane_round_kind_t kind, unsigned flags)
 {
     const bool arrival = kind == PLANE_ARRIVAL;
     const uint64_t round = ++sp->rounds;

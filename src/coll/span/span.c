@@ -645,7 +645,8 @@ bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len)
 }
 
 /* Starts one part of a push whatever failed before: its partner waits
- * for it before the sync that would tell it of a failure here, so a part
+ * for it before any sync that could tell it of a failure here (none does
+ * where the alltoall's last sync stays inside each server), so a part
  * left out would hang it. A receive the engine refuses is retried,
  * progressing (ob1 refuses one only for want of a request, and takes
  * nothing meanwhile); a refused send is not, since ob1 has then used up
