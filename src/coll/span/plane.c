@@ -447,7 +447,7 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
         .len = (size_t)senders * ZCOPY_SPAN_DESC_STRIDE };
     for (int i = 0; i < senders; i++) {
         const int s = zcopy_span_member(sp, from, i);
-        uint8_t *payload = (uint8_t *)zcopy_span_payload_of(sp, s);
+        uint8_t *payload = (uint8_t *)zcopy_span_payload_at(sp, s);
 
         if (pl->root >= 0 && s != pl->root)
             continue;
@@ -517,6 +517,10 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
+        if (n == 0 && arrival && sp->own_payload != NULL) {
+            iov = sp->own_part;
+            n = 2;
+        }
         len = n > 0 ? zcopy_ucx_iov_bytes(iov, n) : whole;
         sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
                                             iov, n,
@@ -798,10 +802,32 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
     return any | (top->failed ? ZCOPY_SYNC_BROKEN : 0);
 }
 
+/* Whether this rank's payload can leave from its caller's buffer: it
+ * leads a group of its own, so nobody reads the payload in the area, and
+ * its part goes whole in one message (not forwarded by later steps, which
+ * send from the area). Saves a copy of the payload per call. */
+static bool plane_sends_from_source(const zcopy_span_t *sp)
+{
+    return zcopy_span_group_size(sp, sp->group[sp->rank]) == 1 &&
+           !plane_disseminates(sp);
+}
+
+/* The part this lone leader sends: its place in the area, then @len
+ * bytes at @src. A message shorter than the part's room in the area
+ * (the payload's slot is rounded up to a line) fills its start. */
+static void plane_send_from(zcopy_span_t *sp, const void *src, size_t len)
+{
+    sp->own_payload = src;
+    sp->own_part[0] = (zcopy_ucx_iov_t){
+        .buf = (void *)zcopy_span_desc(sp, sp->rank),
+        .len = ZCOPY_SPAN_DESC_STRIDE };
+    sp->own_part[1] = (zcopy_ucx_iov_t){ .buf = (void *)src, .len = len };
+}
+
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
                                  const zcopy_span_payload_t *pl,
-                                 const void *src, size_t len)
+                                 const void *src, size_t len, bool src_stays)
 {
     unsigned flags = 0, any;
 
@@ -810,9 +836,13 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
     memcpy((void *)zcopy_span_desc(sp, sp->rank), mine, sizeof(*mine));
     if (mine->args.reason != REASON_NONE)
         flags |= PLANE_DECLINED;
+    sp->own_payload = NULL;
     if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
         len = len < pl->len ? len : pl->len;
-        memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);
+        if (src_stays && plane_sends_from_source(sp))
+            plane_send_from(sp, src, len);
+        else
+            memcpy((void *)zcopy_span_payload_of(sp, sp->rank), src, len);
         plane_count(zc, 0, len);
     }
     any = plane_round(zc, sp, PLANE_ARRIVAL, flags);

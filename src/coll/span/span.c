@@ -1022,6 +1022,16 @@ static size_t span_inline_room(const zcopy_coll_args_t *a)
                                                  : ZCOPY_SPAN_PAYLOAD_ALL_MAX;
 }
 
+/* Whether a payload can be read from its source until the call ends
+ * (zcopy_span_arrive): MPI keeps the buffers of a call still, and its
+ * delivery writes no input (zcopy_coll_inline_deliver) but in place,
+ * where output and input are one buffer (a bcast's root delivers
+ * nothing). */
+static bool span_source_stays(const zcopy_coll_args_t *a)
+{
+    return a->type == ZCOPY_COLL_BCAST || a->sbuf != MPI_IN_PLACE;
+}
+
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_span_t *sp = zc->span;
@@ -1061,7 +1071,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     span_describe(zc, a, &plan, inline_total, &mine);
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
-    if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len) != ZCOPY_SUCCESS)
+    if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len,
+                          span_source_stays(a)) != ZCOPY_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "%s: arrival exchange failed",
                            zcopy_coll_names[a->type]);
     if (sp->settled)
@@ -1078,7 +1089,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         const uint8_t **lines = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
 
         for (int r = 0; r < sp->nranks; r++)
-            lines[r] = zcopy_span_payload_of(sp, r);
+            lines[r] = zcopy_span_payload_at(sp, r);
         ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, inline_total));
         zc->stats.zcopy_calls++;
         zc->stats.inline_calls++;

@@ -145,6 +145,13 @@ typedef struct zcopy_span {
     uint8_t *area;                /* the last arrival */
     size_t payload_size;          /* bytes for payloads per arrival */
     zcopy_span_payload_t carried; /* what the last arrival carried */
+    const uint8_t *own_payload;   /* this rank's payload of the last
+                                     arrival where it went from the
+                                     caller's buffer, not through the area
+                                     (zcopy_span_arrive); else NULL */
+    zcopy_ucx_iov_t own_part[2];  /* a lone leader's part sent so: its
+                                     place, then that payload (alive until
+                                     the send completes) */
     int64_t *sdispls;             /* alltoallv: where each peer's block for
                                      this rank starts in its send buffer */
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
@@ -243,14 +250,17 @@ uint32_t zcopy_span_plane_new_id(void);
 /* This call's arrival: @mine reaches every rank, and every rank's is
  * zcopy_span_desc() until the next arrival; so do the payloads @pl says
  * the ranks send (this rank's @len bytes at @src, when it is a sender),
- * at zcopy_span_payload_of(). Except where the arrival is settled inside
+ * at zcopy_span_payload_at(). Except where the arrival is settled inside
  * this rank's group (sp->settled): a rank of the group declined, so the
  * call falls back whatever the other groups say, and only this group's
- * places are sure to be there. */
+ * places are sure to be there. @src_stays: nothing writes @src until the
+ * call ends, and the call's delivery never writes where it reads this
+ * rank's payload; then a rank alone in its group sends its payload
+ * straight from @src instead of copying it into the area first. */
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
                                  const zcopy_span_payload_t *pl,
-                                 const void *src, size_t len);
+                                 const void *src, size_t len, bool src_stays);
 
 /* A synchronisation of every rank: returns what they reported (@flags),
  * or-ed; ZCOPY_SYNC_BROKEN too if messages between servers failed. */
@@ -336,6 +346,16 @@ static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
 
     return sp->area + zcopy_span_group_base(sp, g) +
            m * ZCOPY_SPAN_DESC_STRIDE + at;
+}
+
+/* Where rank @r's payload of the last arrival can be read: its place in
+ * the area, or this rank's own source where it was sent from there. */
+static inline const uint8_t *zcopy_span_payload_at(const zcopy_span_t *sp,
+                                                   int r)
+{
+    if (r == sp->rank && sp->own_payload != NULL)
+        return sp->own_payload;
+    return zcopy_span_payload_of(sp, r);
 }
 
 /* A transfer through the job's point-to-point engine, until
