@@ -16,7 +16,8 @@
  *                 per member with its payload, or the root's alone
  *                 (zcopy_span_group_base)
  * A member writes its arrival (and payload) into its place and enters the
- * round; the leader waits for every member, sends its group's part (or,
+ * round (a leader alone in its group sends its payload from its own
+ * buffer instead: plane_sends_from_source); the leader waits for every member, sends its group's part (or,
  * at a sync, the group's or-ed report) to every other group's leader in
  * one tagged UCX message each (of payloads that are a block per rank,
  * where blocks are split, only the blocks of that group's ranks:
@@ -517,7 +518,7 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
-        if (n == 0 && arrival && sp->own_payload != NULL) {
+        if (n == 0 && arrival && !declined && sp->own_payload != NULL) {
             iov = sp->own_part;
             n = 2;
         }
@@ -804,8 +805,10 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
 
 /* Whether this rank's payload can leave from its caller's buffer: it
  * leads a group of its own, so nobody reads the payload in the area, and
- * its part goes whole in one message (not forwarded by later steps, which
- * send from the area). Saves a copy of the payload per call. */
+ * it sends its part itself, one message to each other leader (whole, or
+ * the pieces each reads: plane_blocks), never forwarded by later steps
+ * (which send from the area). Saves a copy of the payload per call; the
+ * payload's bytes still count as its record's, whatever the layout. */
 static bool plane_sends_from_source(const zcopy_span_t *sp)
 {
     return zcopy_span_group_size(sp, sp->group[sp->rank]) == 1 &&

@@ -334,7 +334,9 @@ static inline const zcopy_span_desc_t *zcopy_span_desc(const zcopy_span_t *sp,
                                            ZCOPY_SPAN_DESC_STRIDE);
 }
 
-/* Where rank @r's payload of the last arrival lies (a sender's). */
+/* Where rank @r's payload of the last arrival lies in the area (a
+ * sender's); this rank's own may have gone from its buffer instead:
+ * read payloads through zcopy_span_payload_at(). */
 static inline const uint8_t *zcopy_span_payload_of(const zcopy_span_t *sp,
                                                    int r)
 {
