@@ -1025,11 +1025,13 @@ static size_t span_inline_room(const zcopy_coll_args_t *a)
 /* Whether a payload can be read from its source until the call ends
  * (zcopy_span_arrive): MPI keeps the buffers of a call still, and its
  * delivery writes no input (zcopy_coll_inline_deliver) but in place,
- * where output and input are one buffer (a bcast's root delivers
- * nothing). */
+ * where output and input are one buffer; even then a bcast's root
+ * delivers nothing, and an allgather or a gather's root writes every
+ * block but its own. */
 static bool span_source_stays(const zcopy_coll_args_t *a)
 {
-    return a->type == ZCOPY_COLL_BCAST || a->sbuf != MPI_IN_PLACE;
+    return a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_ALLGATHER ||
+           a->type == ZCOPY_COLL_GATHER || a->sbuf != MPI_IN_PLACE;
 }
 
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
