@@ -17,8 +17,9 @@
  *                 (zcopy_span_group_base)
  * A member writes its arrival (and payload) into its place and enters the
  * round (a leader alone in its group sends its payload from its own
- * buffer instead: plane_sends_from_source); the leader waits for every member, sends its group's part (or,
- * at a sync, the group's or-ed report) to every other group's leader in
+ * buffer instead: plane_sends_from_source); the leader waits for every
+ * member, sends its group's part (or, at a sync, the group's or-ed
+ * report) to every other group's leader in
  * one tagged UCX message each (of payloads that are a block per rank,
  * where blocks are split, only the blocks of that group's ranks:
  * plane_split_blocks, plane_blocks), receives theirs straight into their
