@@ -1402,7 +1402,7 @@ static int idle_calls_until_zcopy(MPI_Comm comm, double *in, double *out,
 }
 
 /* Whether collective @call of an idle communicator that had no barrier
- * agrees again (README, "A good MPI citizen"): at its first call, then
+ * agrees again (docs/citizen.md): at its first call, then
  * after as many calls as were made before each agreement, 64 at most. */
 static bool idle_agrees_at(uint64_t call)
 {

@@ -1396,16 +1396,15 @@ static size_t limit_of(const MPIX_Zcopy_stats *stats)
     return stats->inline_max ? stats->inline_max : inline_max;
 }
 
-/* zcopy's rule for small collectives (README, "Small messages"): when every
- * rank's payload is 1 to @limit bytes in a server (coll_zcopy_inline_max,
- * at most 1072, or coll_zcopy_inline_max_yield where waits yield:
- * limit_of()), or small enough for span_carries() between servers, it
- * travels
- * in the control plane. The payload is a rank's input for reductions,
- * bcast, allgather and gather, and its n blocks for reduce_scatter_block,
- * scatter and alltoall. Returns 1 (inline), 0 (not), or -1 when it
- * depends on whether a split of a span job lies in one server, which the
- * test does not know. */
+/* zcopy's rule for small collectives (docs/design.md, "Small messages"):
+ * when every rank's payload is 1 to @limit bytes in a server
+ * (coll_zcopy_inline_max, at most 1072, or coll_zcopy_inline_max_yield
+ * where waits yield: limit_of()), or small enough for span_carries()
+ * between servers, it travels in the control plane. The payload is a
+ * rank's input for reductions, bcast, allgather and gather, and its n
+ * blocks for reduce_scatter_block, scatter and alltoall. Returns 1
+ * (inline), 0 (not), or -1 when it depends on whether a split of a span
+ * job lies in one server, which the test does not know. */
 static int expect_inline(const coll_case_t *c, const phase_t *ph,
                          size_t limit)
 {
@@ -2085,7 +2084,7 @@ int main(int argc, char **argv)
 
     /* After the memory, as a program that sets its ranges before its
      * first collective: none of its calls falls back for "no rank had set
-     * a memory range" (README, "A good MPI citizen"). */
+     * a memory range" (docs/citizen.md). */
     if (span)
         world_servers(world_server);
     t0 = MPI_Wtime();
