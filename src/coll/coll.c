@@ -197,6 +197,23 @@ static void coll_idle(zcopy_comm_t *zc)
               (unsigned long long)skip - 1);
 }
 
+/* Whether a barrier during a skip (coll_idle) ends it: one minimum over
+ * the ranks of "never set a range", which is the barrier where it does
+ * not. The whole agreement (coll_setup) reduces 2 * SETTINGS + 2 words
+ * and allocates the control plane's lists first: as every barrier of a
+ * job that never sets a range, it made them 1.6x slower than stock's
+ * (np 2, AMD EPYC VM: 0.33 against 0.20 us). A failed exchange ends the
+ * skip, so that the set-up's own exchange reports it. */
+static bool coll_idle_barrier_ends_skip(zcopy_comm_t *zc)
+{
+    int unused = !zcopy_registry_ever_used();
+
+    if (zc->ops.allreduce(&unused, 1, MPI_INT, MPI_MIN, zc->ops.ctx) !=
+        MPI_SUCCESS)
+        return true;
+    return unused == 0;
+}
+
 /* Lazy and collective: every rank reaches its first collective on the comm
  * in the same order, so every rank sets up together, through the previous
  * component's collectives. Tried again after running out of memory, and
@@ -330,14 +347,21 @@ ZCOPY_COMPONENT_API zcopy_status_t zcopy_coll_run(zcopy_comm_t *zc,
     zc->calls++;
     if (zc->state == ZCOPY_COMM_RETRY && zc->calls >= zc->retry_at)
         zc->state = ZCOPY_COMM_NEW;
+    if (zc->state == ZCOPY_COMM_IDLE && a->type == ZCOPY_COLL_BARRIER &&
+        zc->calls < zc->retry_at && !coll_idle_barrier_ends_skip(zc)) {
+        /* The probe's minimum needed every rank's word: it was the
+         * barrier, which the previous component need not run again. */
+        coll_idle(zc);
+        zcopy_coll_fallback(zc, a->type, coll_idle_reason);
+        return ZCOPY_SUCCESS;
+    }
     if (zc->state == ZCOPY_COMM_IDLE &&
         (zc->calls >= zc->retry_at || a->type == ZCOPY_COLL_BARRIER))
         zc->state = ZCOPY_COMM_NEW;
     if (zc->state == ZCOPY_COMM_NEW &&
         coll_setup(zc) == ZCOPY_ERR_UNSUPPORTED &&
         zc->state == ZCOPY_COMM_IDLE && a->type == ZCOPY_COLL_BARRIER) {
-        /* The agreement's minimum needed every rank's word: it was the
-         * barrier, which the previous component need not run again. */
+        /* As above: the agreement was the barrier. */
         zcopy_coll_fallback(zc, a->type, coll_idle_reason);
         return ZCOPY_SUCCESS;
     }

@@ -93,3 +93,15 @@ foreach(np 2 3)
                      NP ${np} ARGS sleep
                      MCA coll_zcopy_yield=1 coll_zcopy_sleep=1)
 endforeach()
+
+# A barrier of a job that has never set a memory range: what zcopy asks of
+# the previous component, counted by service collectives of the test's own
+# (libzcopy driven directly, so the coll component stays out), and that the
+# same barrier still ends the skip once a range is set elsewhere.
+zcopy_mpi_executable(test_idle_barrier)
+target_include_directories(test_idle_barrier PRIVATE ${PROJECT_SOURCE_DIR}/src)
+foreach(np 2 3)
+  zcopy_add_mpi_test(NAME mpi.citizen.idle_barrier.np${np}
+                     TARGET test_idle_barrier NP ${np}
+                     MCA coll=^zcopy mpool=^zcopy)
+endforeach()

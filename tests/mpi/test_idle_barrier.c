@@ -1,0 +1,144 @@
+/*
+ * What a barrier costs a job that has never set a memory range (SPEC
+ * section 4: such a job pays nothing measurable), counted in what zcopy
+ * asks of the previous component rather than timed: this program drives
+ * libzcopy's collective entry itself, on a communicator state made here,
+ * with service collectives on a dup of the world that count the words
+ * they reduce (the coll component is not loaded: it would set up the
+ * world on its own).
+ *
+ * While a communicator's set-up is put off (coll.c, coll_idle), a barrier
+ * asks the ranks one question, whether any has set a range since, and
+ * that exchange is the barrier. It used to run the whole set-up agreement
+ * (2 * settings + 2 words) at every barrier instead: at np 2 that made
+ * such barriers 1.6x slower than stock's. The same barrier must still end
+ * the skip once some rank has set a range, on any communicator.
+ */
+#include "testutil.h"
+
+#include "coll/coll.h"
+#include "comm/comm.h"
+
+#include <stdlib.h>
+
+#define BARRIERS 640
+/* The set-up's agreements come at calls 1, 2, 4, ... 64, then every 64
+ * (coll_idle); between them each barrier reduces one word. Words per
+ * barrier over the calls after the 64th, with room for the agreements. */
+#define WORDS_PER_BARRIER_MAX 2
+
+static MPI_Comm service;
+static unsigned long words_reduced;
+
+static int svc_allgather(const void *sbuf, void *rbuf, size_t bytes, void *ctx)
+{
+    (void)ctx;
+    return MPI_Allgather(sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes,
+                         MPI_BYTE, service);
+}
+
+static int svc_alltoall(const void *sbuf, void *rbuf, size_t bytes, void *ctx)
+{
+    (void)ctx;
+    return MPI_Alltoall(sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes,
+                        MPI_BYTE, service);
+}
+
+static int svc_bcast(void *buf, size_t bytes, int root, void *ctx)
+{
+    (void)ctx;
+    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, service);
+}
+
+static int svc_barrier(void *ctx)
+{
+    (void)ctx;
+    return MPI_Barrier(service);
+}
+
+static int svc_allreduce(void *buf, size_t count, MPI_Datatype type,
+                         MPI_Op op, void *ctx)
+{
+    (void)ctx;
+    words_reduced += count;
+    return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, type, op, service);
+}
+
+static int svc_reduce(const void *sbuf, void *rbuf, size_t count,
+                      MPI_Datatype type, MPI_Op op, int root, void *ctx)
+{
+    (void)ctx;
+    words_reduced += count;
+    return MPI_Reduce(sbuf, rbuf, (int)count, type, op, root, service);
+}
+
+/* One MPI_Barrier as the component runs it: zcopy's, or the previous
+ * component's where zcopy hands it over. */
+static zcopy_status_t barrier(zcopy_comm_t *zc)
+{
+    const zcopy_coll_args_t a = { .type = ZCOPY_COLL_BARRIER, .root = -1 };
+    zcopy_status_t st = zcopy_coll_run(zc, &a);
+
+    if (st == ZCOPY_FALLBACK)
+        zt_require(svc_barrier(NULL) == MPI_SUCCESS, "the previous barrier");
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    const zcopy_comm_ops_t ops = { .allgather = svc_allgather,
+                                   .alltoall = svc_alltoall,
+                                   .bcast = svc_bcast,
+                                   .barrier = svc_barrier,
+                                   .allreduce = svc_allreduce,
+                                   .reduce = svc_reduce };
+    unsigned long words_at_64 = 0;
+    MPIX_Zcopy_stats s;
+    zcopy_comm_t *zc;
+    zt_arena_t arena;
+    MPI_Comm other;
+    int rank, size;
+    bool failed = false;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_dup(MPI_COMM_WORLD, &service);
+    MPI_Comm_dup(MPI_COMM_WORLD, &other);
+    zt_require(zcopy_comm_create(MPI_COMM_WORLD, rank, size, &ops, &zc) ==
+                   ZCOPY_SUCCESS, "communicator state");
+
+    for (int call = 1; call <= BARRIERS; call++) {
+        failed |= barrier(zc) == ZCOPY_ERR_INTERNAL;
+        if (call == 64)
+            words_at_64 = words_reduced;
+    }
+    zcopy_comm_get_stats(zc, &s);
+    ZT_CHECK(!failed, "a barrier failed: %s", zcopy_error_detail());
+    ZT_CHECK(s.fallback_calls == BARRIERS && s.zcopy_calls == 0,
+             "%d barriers with no range set: %llu fallbacks, %llu zero-copy",
+             BARRIERS, (unsigned long long)s.fallback_calls,
+             (unsigned long long)s.zcopy_calls);
+    ZT_CHECK(words_reduced - words_at_64 <=
+                 (unsigned long)WORDS_PER_BARRIER_MAX * (BARRIERS - 64),
+             "barriers 65-%d of a job with no range asked the previous "
+             "component to reduce %lu words, more than %d per barrier",
+             BARRIERS, words_reduced - words_at_64, WORDS_PER_BARRIER_MAX);
+
+    /* Every rank sets a range, on a communicator zcopy does not know:
+     * nothing tells this one but its next barrier, which must end the
+     * skip and run zero-copy. */
+    zt_arena_init(&arena, other, 1 << 16);
+    ZT_CHECK(barrier(zc) == ZCOPY_SUCCESS,
+             "the first barrier after a range was set elsewhere fell back "
+             "(%s)", zc->stats.last_fallback_reason);
+    zcopy_comm_get_stats(zc, &s);
+    ZT_CHECK(s.zcopy_calls == 1, "after a range was set: %llu zero-copy "
+             "barriers, expected 1", (unsigned long long)s.zcopy_calls);
+
+    zcopy_comm_destroy(zc);
+    zt_arena_fini(&arena);
+    MPI_Comm_free(&other);
+    MPI_Comm_free(&service);
+    return zt_finish();
+}
