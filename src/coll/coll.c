@@ -183,8 +183,10 @@ disabled:
  * A range set for the first time while a skip runs (the process's first
  * MPIX_Comm_set_memory_range on another communicator, or its first
  * MPI_Alloc_mem from the pool) is used late: by as many calls as were
- * made before the skip at most, and 63. A barrier, or
- * MPIX_Comm_set_memory_range on the communicator, ends the skip. */
+ * made before the skip at most, and 63. MPIX_Comm_set_memory_range on
+ * the communicator ends the skip, and so does a barrier once some rank
+ * has set a range (coll_idle_barrier_ends_skip); a barrier that finds
+ * none starts the skip again from its own call. */
 static void coll_idle(zcopy_comm_t *zc)
 {
     const uint64_t skip = zc->calls < COLL_IDLE_SKIP_MAX ? zc->calls
@@ -200,10 +202,11 @@ static void coll_idle(zcopy_comm_t *zc)
 /* Whether a barrier during a skip (coll_idle) ends it: one minimum over
  * the ranks of "never set a range", which is the barrier where it does
  * not. The whole agreement (coll_setup) reduces 2 * SETTINGS + 2 words
- * and allocates the control plane's lists first: as every barrier of a
- * job that never sets a range, it made them 1.6x slower than stock's
- * (np 2, AMD EPYC VM: 0.33 against 0.20 us). A failed exchange ends the
- * skip, so that the set-up's own exchange reports it. */
+ * and allocates the hellos first: as every barrier of a job that never
+ * sets a range, it made them 1.45x slower than stock's (osu_barrier,
+ * np 2, AMD EPYC VM: 0.68 against 0.47 us; 0.52 with this question). A
+ * failed exchange ends the skip, so that the set-up's own exchange
+ * reports it (as there, every rank is assumed to see the failure). */
 static bool coll_idle_barrier_ends_skip(zcopy_comm_t *zc)
 {
     int unused = !zcopy_registry_ever_used();

@@ -47,7 +47,8 @@ typedef enum {
                                      again */
     ZCOPY_COMM_IDLE               /* no rank had ever set a memory range at
                                      set-up: falls back until collective
-                                     retry_at, a barrier or a
+                                     retry_at, a barrier once some rank has
+                                     set one, or a
                                      MPIX_Comm_set_memory_range on it, then
                                      sets up (coll.c, coll_idle) */
 } zcopy_comm_state_t;
