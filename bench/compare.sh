@@ -429,6 +429,14 @@ handoff_summary() {
 
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
 where="np $nps"
+# What an iteration's time is: zcopy_bench --timing, passed after "--".
+iteration="an iteration lasts as long as its slowest rank"
+case " ${extra[*]} " in
+    *" --timing osu "* | *" --timing=osu "*)
+        iteration="each call followed by MPI_Barrier, an iteration's time is the mean of the ranks' calls, as the OSU micro-benchmarks report" ;;
+    *" --timing loop "* | *" --timing=loop "*)
+        iteration="an iteration is a call and the MPI_Barrier after it, as long as its slowest rank" ;;
+esac
 [[ -n $cluster ]] && where="an emulated cluster of $cluster (servers x ranks or ranks per server, tests/cluster/: tcp between servers on one machine), np $nps"
 {
     echo "# zcopy against stock Open MPI (${peers//,/, })"
@@ -439,7 +447,7 @@ where="np $nps"
          "($warmup warm-up), $buffers buffers${extra[*]:+, extra: ${extra[*]}}${mpirun_args:+, mpirun: $mpirun_args}${wrap:+, under: $wrap}."
     echo
     echo "Times are medians over the runs of each run's median iteration" \
-         "(an iteration lasts as long as its slowest rank). best: the peer" \
+         "($iteration). best: the peer" \
          "with the lowest median; best/zcopy > 1: zcopy is faster than every" \
          "peer. %roof: the roofline time as a percentage of the measured" \
          "time (100% = moving the minimum bytes at the aggregate memcpy" \

@@ -18,6 +18,13 @@ zcopy_add_mpi_test(NAME bench.check.malloc.np2 TARGET zcopy_bench NP 2
   ARGS -c all,memcpy --check -b 8 -e 16K -f 8 -n 3 -w 1 -t int8 -o prod
        --buffers malloc --no-progress LABELS bench)
 
+# Calls back to back, each followed by MPI_Barrier (--timing osu) instead
+# of the bench's own barrier before it: every call starts as the ranks
+# leave the previous barrier, at their own times.
+zcopy_add_mpi_test(NAME bench.check.back_to_back.np3 TARGET zcopy_bench NP 3
+  ARGS -c all --check --vary -b 8 -e 64K -f 8 -n 5 -w 1 --timing osu
+       --no-progress LABELS bench)
+
 # The checker itself: a run whose results are thrown away must count the
 # wrong elements and exit non-zero (two tests: ctest checks either the exit
 # status or the output of one test, not both).

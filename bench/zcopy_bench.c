@@ -78,6 +78,19 @@ static const char *const buffer_kind_names[] = { "activated", "huge",
                                                  "alloc_mem", "malloc",
                                                  "plain" };
 
+/* What one iteration's time is (--timing). */
+typedef enum {
+    TIMING_START,                 /* after a barrier every mode shares, the
+                                     slowest rank's call */
+    TIMING_OSU,                   /* back to back, each call followed by the
+                                     mode's own MPI_Barrier: each rank's
+                                     call alone, averaged over the ranks */
+    TIMING_LOOP                   /* the same loop: the call and its
+                                     barrier, the slowest rank */
+} timing_t;
+
+static const char *const timing_names[] = { "start", "osu", "loop" };
+
 typedef struct {
     const char *name;
     type_id_t id;
@@ -208,6 +221,7 @@ typedef struct {
     int iters, warmup;
     bool in_place, check, vary, progress, corrupt;
     buffer_kind_t buffers;        /* --buffers */
+    timing_t timing;              /* --timing */
     const char *csv_path, *json_path;
 } options_t;
 
@@ -661,6 +675,14 @@ static void usage(FILE *f)
 "                         that has activated a page elsewhere (MPI_Alloc_mem,\n"
 "                         mpool_hints=zcopy), as a program using zcopy for\n"
 "                         other buffers [activated]\n"
+"      --timing MODE      start: each call after a barrier of empty\n"
+"                         point-to-point messages (the same in every mode),\n"
+"                         the slowest rank's time; osu: calls back to back,\n"
+"                         each followed by MPI_Barrier on the same\n"
+"                         communicator (the mode's own), each rank's call\n"
+"                         alone averaged over the ranks, as the OSU\n"
+"                         micro-benchmarks report; loop: that loop's call\n"
+"                         and barrier together, the slowest rank [start]\n"
 "      --csv FILE         also write the rows as CSV\n"
 "      --json FILE        also write the rows as JSON\n"
 "      --progress         progress line on stderr even when not a terminal\n"
@@ -675,7 +697,8 @@ static void usage(FILE *f)
 "  alltoall: each send and receive buffer (size/n per peer); gather: the\n"
 "  root's receive buffer (send: size/n); scatter: the root's send buffer\n"
 "  (receive: size/n); memcpy: the bytes each rank copies.\n"
-"Columns: time_us is the median over iterations of the slowest rank's time,\n"
+"Columns: time_us is the median over iterations of the slowest rank's time\n"
+"(--timing osu: of the ranks' mean),\n"
 "min_us the smallest; algbw = size/time (GB/s = 1e9 B/s); busbw = algbw *\n"
 "2(n-1)/n (allreduce), (n-1)/n (reduce_scatter_block, allgather, alltoall,\n"
 "gather, scatter), 1 (reduce, bcast), n (memcpy: all ranks together);\n"
@@ -771,7 +794,7 @@ static bool find_op(const char *name, op_id_t *op)
 
 enum {
     OPT_IN_PLACE = 256, OPT_CHECK, OPT_VARY, OPT_BUFFERS, OPT_CSV, OPT_JSON,
-    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_CORRUPT
+    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_CORRUPT, OPT_TIMING
 };
 
 /* Handles one option; returns a message on error, NULL when fine. */
@@ -816,6 +839,13 @@ static const char *apply_option(options_t *o, int c, const char *arg,
                 return NULL;
             }
         return "--buffers is activated, huge, alloc_mem, malloc or plain";
+    case OPT_TIMING:
+        for (size_t k = 0; k < sizeof(timing_names) / sizeof(char *); k++)
+            if (!strcmp(arg, timing_names[k])) {
+                o->timing = (timing_t)k;
+                return NULL;
+            }
+        return "--timing is start, osu or loop";
     case OPT_CSV: o->csv_path = arg; return NULL;
     case OPT_JSON: o->json_path = arg; return NULL;
     case OPT_PROGRESS: o->progress = true; return NULL;
@@ -844,6 +874,7 @@ static int parse_options(options_t *o, int argc, char **argv, int rank,
         { "check", no_argument, NULL, OPT_CHECK },
         { "vary", no_argument, NULL, OPT_VARY },
         { "buffers", required_argument, NULL, OPT_BUFFERS },
+        { "timing", required_argument, NULL, OPT_TIMING },
         { "csv", required_argument, NULL, OPT_CSV },
         { "json", required_argument, NULL, OPT_JSON },
         { "progress", no_argument, NULL, OPT_PROGRESS },
@@ -1046,11 +1077,13 @@ static void print_header(const options_t *o, int nranks, const buffers_t *b)
            buffer_kind_names[o->buffers]);
     if (o->buffers == BUF_ACTIVATED || o->buffers == BUF_HUGE)
         printf(" (one arena of %zu bytes per rank)", b->size);
-    printf(", iters %d, warmup %d, check %s, vary %s, in-place %s\n",
-           o->iters, o->warmup, o->check ? "on" : "off",
-           o->vary ? "on" : "off", o->in_place ? "on" : "off");
+    printf(", iters %d, warmup %d, check %s, vary %s, in-place %s, "
+           "timing %s\n", o->iters, o->warmup, o->check ? "on" : "off",
+           o->vary ? "on" : "off", o->in_place ? "on" : "off",
+           timing_names[o->timing]);
     printf("# size: bytes of the whole vector (nccl-tests); time: median over"
-           " iterations of the slowest rank; GB/s = 1e9 B/s\n");
+           " iterations of %s; GB/s = 1e9 B/s\n",
+           o->timing == TIMING_OSU ? "the ranks' mean" : "the slowest rank");
     printf("# %-20s %10s %10s %-6s %-4s %4s %10s %10s %10s %10s %6s  %s\n",
            "collective", "size", "count", "type", "op", "root", "time_us",
            "min_us", "algbw_GBps", "busbw_GBps", "errors", "path");
@@ -1136,9 +1169,11 @@ static void sinks_open(sinks_t *s, const options_t *o, int nranks)
         s->json = open_or_die(o->json_path);
         fprintf(s->json, "{\n  \"bench\": \"zcopy_bench\", \"np\": %d, "
                 "\"buffers\": \"%s\", \"iters\": %d, \"warmup\": %d, "
-                "\"check\": %s, \"vary\": %s,\n  \"rows\": [", nranks,
+                "\"check\": %s, \"vary\": %s, \"timing\": \"%s\",\n"
+                "  \"rows\": [", nranks,
                 buffer_kind_names[o->buffers], o->iters, o->warmup,
-                o->check ? "true" : "false", o->vary ? "true" : "false");
+                o->check ? "true" : "false", o->vary ? "true" : "false",
+                timing_names[o->timing]);
     }
 }
 
@@ -1245,7 +1280,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median and minimum of the per-iteration maxima (sorted in place). */
+/* Median and minimum of the per-iteration times (sorted in place). */
 static void summarize(double *t, int n, double *median, double *min)
 {
     qsort(t, (size_t)n, sizeof(*t), cmp_double);
@@ -1307,11 +1342,17 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
             c->poison(r);
         if (it == 0 || o->vary || r->in_place)
             c->inputs(r, IO_WRITE, seed);
-        start_barrier(b->ctl);
+        if (o->timing == TIMING_START)
+            start_barrier(b->ctl);
         t0 = MPI_Wtime();
         rc = c->execute(r);
         t1 = MPI_Wtime();
         check_mpi(rc, c->name);
+        if (o->timing != TIMING_START) {
+            check_mpi(MPI_Barrier(r->comm), "MPI_Barrier");
+            if (o->timing == TIMING_LOOP)
+                t1 = MPI_Wtime();
+        }
         if (it >= o->warmup)
             times[it - o->warmup] = t1 - t0;
         if (o->corrupt && it == 0)
@@ -1332,7 +1373,7 @@ static void measure(bench_t *b, run_t *r)
 {
     const options_t *o = r->opt;
     double *mine = calloc((size_t)o->iters, sizeof(double));
-    double *slowest = calloc((size_t)o->iters, sizeof(double));
+    double *per_iter = calloc((size_t)o->iters, sizeof(double));
     unsigned long long errors, all_errors = 0;
     MPIX_Zcopy_stats before = { 0 }, after = { 0 };
     row_t w = { .coll = r->coll->name, .np = r->nranks, .bytes = r->bytes,
@@ -1340,16 +1381,21 @@ static void measure(bench_t *b, run_t *r)
                 .iters = o->iters };
     double secs;
 
-    if (!mine || !slowest)
+    if (!mine || !per_iter)
         die("out of memory");
     errors = iterate(b, r, mine, &before, &after);
-    /* Outside the loop: an iteration's time is its slowest rank's. */
-    MPI_Reduce(mine, slowest, o->iters, MPI_DOUBLE, MPI_MAX, 0, b->ctl);
+    /* Outside the loop: an iteration's time is its slowest rank's, or
+     * (osu) the ranks' mean. */
+    MPI_Reduce(mine, per_iter, o->iters, MPI_DOUBLE,
+               o->timing == TIMING_OSU ? MPI_SUM : MPI_MAX, 0, b->ctl);
+    if (o->timing == TIMING_OSU)
+        for (int i = 0; r->rank == 0 && i < o->iters; i++)
+            per_iter[i] /= r->nranks;
     MPI_Reduce(&errors, &all_errors, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                b->ctl);
     path_of(b, &before, &after, w.path, sizeof(w.path));
     if (r->rank == 0) {
-        summarize(slowest, o->iters, &secs, &w.min_us);
+        summarize(per_iter, o->iters, &secs, &w.min_us);
         w.time_us = secs * 1e6;
         w.min_us *= 1e6;
         w.algbw = secs > 0 ? (double)r->bytes / secs / 1e9 : 0;
@@ -1363,7 +1409,7 @@ static void measure(bench_t *b, run_t *r)
         sinks_emit(&b->sinks, &w);
     }
     free(mine);
-    free(slowest);
+    free(per_iter);
 }
 
 static bool is_barrier(const coll_t *c)
