@@ -682,7 +682,8 @@ static void usage(FILE *f)
 "                         communicator (the mode's own), each rank's call\n"
 "                         alone averaged over the ranks, as the OSU\n"
 "                         micro-benchmarks report; loop: that loop's call\n"
-"                         and barrier together, the slowest rank [start]\n"
+"                         and barrier together, the slowest rank; memcpy\n"
+"                         rows are always timed as start [start]\n"
 "      --csv FILE         also write the rows as CSV\n"
 "      --json FILE        also write the rows as JSON\n"
 "      --progress         progress line on stderr even when not a terminal\n"
@@ -1315,6 +1316,14 @@ static void progress_clear(bool shown)
         fprintf(stderr, "\r%60s\r", "");
 }
 
+/* How @r's iterations are timed: memcpy rows, the roofline's reference
+ * (compare.sh), always from the bench's own barrier, whatever --timing
+ * says of the collectives. */
+static timing_t row_timing(const run_t *r)
+{
+    return r->coll->execute == memcpy_execute ? TIMING_START : r->opt->timing;
+}
+
 /* Runs warm-up and timed iterations of one row; fills @times (this rank's
  * seconds per timed iteration) and returns this rank's error count. */
 static size_t iterate(bench_t *b, run_t *r, double *times,
@@ -1322,6 +1331,7 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
 {
     const options_t *o = r->opt;
     const coll_t *c = r->coll;
+    const timing_t timing = row_timing(r);
     int total = o->warmup + o->iters;
     double start = MPI_Wtime();
     bool shown = false;
@@ -1342,15 +1352,15 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
             c->poison(r);
         if (it == 0 || o->vary || r->in_place)
             c->inputs(r, IO_WRITE, seed);
-        if (o->timing == TIMING_START)
+        if (timing == TIMING_START)
             start_barrier(b->ctl);
         t0 = MPI_Wtime();
         rc = c->execute(r);
         t1 = MPI_Wtime();
         check_mpi(rc, c->name);
-        if (o->timing != TIMING_START) {
+        if (timing != TIMING_START) {
             check_mpi(MPI_Barrier(r->comm), "MPI_Barrier");
-            if (o->timing == TIMING_LOOP)
+            if (timing == TIMING_LOOP)
                 t1 = MPI_Wtime();
         }
         if (it >= o->warmup)
@@ -1387,8 +1397,8 @@ static void measure(bench_t *b, run_t *r)
     /* Outside the loop: an iteration's time is its slowest rank's, or
      * (osu) the ranks' mean. */
     MPI_Reduce(mine, per_iter, o->iters, MPI_DOUBLE,
-               o->timing == TIMING_OSU ? MPI_SUM : MPI_MAX, 0, b->ctl);
-    if (o->timing == TIMING_OSU)
+               row_timing(r) == TIMING_OSU ? MPI_SUM : MPI_MAX, 0, b->ctl);
+    if (row_timing(r) == TIMING_OSU)
         for (int i = 0; r->rank == 0 && i < o->iters; i++)
             per_iter[i] /= r->nranks;
     MPI_Reduce(&errors, &all_errors, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
