@@ -429,15 +429,21 @@ handoff_summary() {
 
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
 where="np $nps"
-# What an iteration's time is: zcopy_bench --timing, passed after "--".
-iteration="an iteration lasts as long as its slowest rank"
-case " ${extra[*]} " in
-    *" --timing osu "* | *" --timing=osu "*)
-        iteration="each call followed by MPI_Barrier, an iteration's time is the mean of the ranks' calls, as the OSU micro-benchmarks report" ;;
-    *" --timing loop "* | *" --timing=loop "*)
-        iteration="an iteration is a call and the MPI_Barrier after it, as long as its slowest rank" ;;
-esac
 [[ -n $cluster ]] && where="an emulated cluster of $cluster (servers x ranks or ranks per server, tests/cluster/: tcp between servers on one machine), np $nps"
+# What an iteration's time is: zcopy_bench --timing after "--", the last
+# one given (as getopt takes it).
+timing=start
+for ((i = 0; i < ${#extra[@]}; i++)); do
+    case ${extra[i]} in
+        --timing) timing=${extra[i + 1]:-start} ;;
+        --timing=*) timing=${extra[i]#--timing=} ;;
+    esac
+done
+case $timing in
+    osu) iteration="calls back to back, each followed by the mode's MPI_Barrier; an iteration's time is the mean of the ranks' calls, OSU's per-call figure; memcpy and the roofline still from the slowest rank after the bench's own barrier" ;;
+    loop) iteration="calls back to back; an iteration is a call and the MPI_Barrier after it, as long as its slowest rank; memcpy and the roofline from the bench's own barrier" ;;
+    *) iteration="an iteration lasts as long as its slowest rank" ;;
+esac
 {
     echo "# zcopy against stock Open MPI (${peers//,/, })"
     echo

@@ -24,6 +24,20 @@ zcopy_add_mpi_test(NAME bench.check.malloc.np2 TARGET zcopy_bench NP 2
 zcopy_add_mpi_test(NAME bench.check.back_to_back.np3 TARGET zcopy_bench NP 3
   ARGS -c all --check --vary -b 8 -e 64K -f 8 -n 5 -w 1 --timing osu
        --no-progress LABELS bench)
+# The same in place with a root that is not rank 0 (--timing loop), where
+# the root rewrites its input after the barrier, as the next call starts.
+zcopy_add_mpi_test(NAME bench.check.back_to_back.inplace.np3
+  TARGET zcopy_bench NP 3
+  ARGS -c all --check --vary -b 8 -e 16K -f 8 -n 5 -w 1 --timing loop
+       --in-place -r 2 --no-progress LABELS bench)
+# The barrier after each call is counted apart: calls that fall back
+# (buffers not activated) say so, not "mixed" with the barrier's counts.
+zcopy_add_mpi_test(NAME bench.back_to_back.path.np2 TARGET zcopy_bench NP 2
+  ARGS -c allreduce,bcast -b 8 -e 64 -f 8 -n 5 -w 1 --timing osu
+       --buffers plain --no-progress LABELS bench)
+set_tests_properties(bench.back_to_back.path.np2 PROPERTIES
+  PASS_REGULAR_EXPRESSION "fallback:[^\n]*\n[^\n]*fallback:[^\n]*\n[^\n]*fallback:[^\n]*\n[^\n]*fallback:"
+  FAIL_REGULAR_EXPRESSION " mixed\n")
 
 # The checker itself: a run whose results are thrown away must count the
 # wrong elements and exit non-zero (two tests: ctest checks either the exit

@@ -22,13 +22,15 @@
  * Sizes are rounded down to whole elements (and whole per-rank blocks); a
  * size that holds no element per rank is skipped.
  *
- * Timing: before every iteration the ranks meet in a barrier of
- * point-to-point messages on a private communicator, so that it never
- * shows in the zcopy statistics and is the same in every mode (the order
- * in which a component's own barrier releases the ranks favours its own
- * rooted collectives; bench/README.md); each rank times its own call; the
- * time of an iteration is the largest over the ranks; a row reports the
- * median over iterations, and the minimum.
+ * Timing (--timing start, the default): before every iteration the ranks
+ * meet in a barrier of point-to-point messages on a private communicator,
+ * so that it never shows in the zcopy statistics and is the same in every
+ * mode (the order in which a component's own barrier releases the ranks
+ * favours its own rooted collectives; bench/README.md); each rank times
+ * its own call; the time of an iteration is the largest over the ranks; a
+ * row reports the median over iterations, and the minimum. --timing osu
+ * and loop run the calls back to back, each followed by MPI_Barrier, as
+ * the OSU micro-benchmarks do (iterate()).
  *
  * Bandwidth (nccl-tests): algbw = size / time; busbw = algbw * factor, the
  * factor turning algbw into the traffic one rank's link carries with the
@@ -83,13 +85,15 @@ typedef enum {
     TIMING_START,                 /* after a barrier every mode shares, the
                                      slowest rank's call */
     TIMING_OSU,                   /* back to back, each call followed by the
-                                     mode's own MPI_Barrier: each rank's
+                                     MPI_Barrier under test: each rank's
                                      call alone, averaged over the ranks */
     TIMING_LOOP                   /* the same loop: the call and its
                                      barrier, the slowest rank */
 } timing_t;
 
 static const char *const timing_names[] = { "start", "osu", "loop" };
+_Static_assert(sizeof(timing_names) / sizeof(timing_names[0]) ==
+                  TIMING_LOOP + 1, "a name per timing");
 
 typedef struct {
     const char *name;
@@ -679,11 +683,13 @@ static void usage(FILE *f)
 "                         point-to-point messages (the same in every mode),\n"
 "                         the slowest rank's time; osu: calls back to back,\n"
 "                         each followed by MPI_Barrier on the same\n"
-"                         communicator (the mode's own), each rank's call\n"
-"                         alone averaged over the ranks, as the OSU\n"
-"                         micro-benchmarks report; loop: that loop's call\n"
-"                         and barrier together, the slowest rank; memcpy\n"
-"                         rows are always timed as start [start]\n"
+"                         communicator (zcopy's or the stock component's),\n"
+"                         each rank's call alone averaged over the ranks,\n"
+"                         OSU's per-call figure (then the median over\n"
+"                         iterations, where OSU takes the mean); loop: that\n"
+"                         loop's call and barrier together, the slowest\n"
+"                         rank; a barrier row has no second barrier, and\n"
+"                         memcpy rows are always timed as start [start]\n"
 "      --csv FILE         also write the rows as CSV\n"
 "      --json FILE        also write the rows as JSON\n"
 "      --progress         progress line on stderr even when not a terminal\n"
@@ -1043,7 +1049,9 @@ typedef struct {
     bool in_place;
     size_t bytes, count;
     int iters;
-    double time_us, min_us;     /* median and minimum of per-iteration maxima */
+    double time_us, min_us;     /* median and minimum of the iterations'
+                                   times (--timing says what those are) */
+    const char *timing;
     double algbw, busbw;        /* GB/s */
     unsigned long long errors;
     char path[96];
@@ -1084,7 +1092,12 @@ static void print_header(const options_t *o, int nranks, const buffers_t *b)
            timing_names[o->timing]);
     printf("# size: bytes of the whole vector (nccl-tests); time: median over"
            " iterations of %s; GB/s = 1e9 B/s\n",
-           o->timing == TIMING_OSU ? "the ranks' mean" : "the slowest rank");
+           o->timing == TIMING_OSU
+               ? "the ranks' mean (memcpy: the slowest rank)"
+               : o->timing == TIMING_LOOP
+                     ? "the slowest rank's call and barrier (memcpy: its "
+                       "copy)"
+                     : "the slowest rank");
     printf("# %-20s %10s %10s %-6s %-4s %4s %10s %10s %10s %10s %6s  %s\n",
            "collective", "size", "count", "type", "op", "root", "time_us",
            "min_us", "algbw_GBps", "busbw_GBps", "errors", "path");
@@ -1106,10 +1119,10 @@ static void print_row(const row_t *w)
 static void csv_row(FILE *f, const row_t *w)
 {
     /* The path never holds a comma or a quote (path_of cleans it). */
-    fprintf(f, "%s,%d,%zu,%zu,%s,%s,%d,%d,%d,%.3f,%.3f,%.4f,%.4f,%llu,%s\n",
+    fprintf(f, "%s,%d,%zu,%zu,%s,%s,%d,%d,%d,%.3f,%.3f,%.4f,%.4f,%llu,%s,%s\n",
             w->coll, w->np, w->bytes, w->count, w->type, w->op, w->root,
             w->in_place, w->iters, w->time_us, w->min_us, w->algbw, w->busbw,
-            w->errors, w->path);
+            w->errors, w->timing, w->path);
     fflush(f);
 }
 
@@ -1140,9 +1153,10 @@ static void json_row(sinks_t *s, const row_t *w)
     json_string(f, w->op);
     fprintf(f, ", \"root\": %d, \"in_place\": %s, \"iters\": %d, "
             "\"time_us\": %.3f, \"min_us\": %.3f, \"algbw_GBps\": %.4f, "
-            "\"busbw_GBps\": %.4f, \"errors\": %llu, \"path\": ",
+            "\"busbw_GBps\": %.4f, \"errors\": %llu, \"timing\": \"%s\", "
+            "\"path\": ",
             w->root, w->in_place ? "true" : "false", w->iters, w->time_us,
-            w->min_us, w->algbw, w->busbw, w->errors);
+            w->min_us, w->algbw, w->busbw, w->errors, w->timing);
     json_string(f, w->path);
     fputc('}', f);
     fflush(f);
@@ -1164,7 +1178,8 @@ static void sinks_open(sinks_t *s, const options_t *o, int nranks)
     if (o->csv_path) {
         s->csv = open_or_die(o->csv_path);
         fprintf(s->csv, "collective,np,bytes,count,type,op,root,in_place,"
-                "iters,time_us,min_us,algbw_GBps,busbw_GBps,errors,path\n");
+                "iters,time_us,min_us,algbw_GBps,busbw_GBps,errors,timing,"
+                "path\n");
     }
     if (o->json_path) {
         s->json = open_or_die(o->json_path);
@@ -1319,9 +1334,41 @@ static void progress_clear(bool shown)
 /* How @r's iterations are timed: memcpy rows, the roofline's reference
  * (compare.sh), always from the bench's own barrier, whatever --timing
  * says of the collectives. */
+static bool is_barrier(const coll_t *c)
+{
+    return c->execute == barrier_execute;
+}
+
+static bool is_memcpy(const coll_t *c)
+{
+    return c->execute == memcpy_execute;
+}
+
 static timing_t row_timing(const run_t *r)
 {
-    return r->coll->execute == memcpy_execute ? TIMING_START : r->opt->timing;
+    return is_memcpy(r->coll) ? TIMING_START : r->opt->timing;
+}
+
+/* The MPI_Barrier after a call under --timing osu and loop, but after a
+ * barrier, which is its own (as osu_barrier times them). Returns the
+ * seconds it took; adds what it counted in the zcopy statistics to
+ * @counted, so that the row's path is the collective's alone (those reads
+ * are outside the time). */
+static double barrier_after(const run_t *r, MPIX_Zcopy_stats *counted)
+{
+    MPIX_Zcopy_stats pre, post;
+    double t0, t1;
+
+    if (is_barrier(r->coll))
+        return 0;
+    pre = get_stats(r->comm);
+    t0 = MPI_Wtime();
+    check_mpi(MPI_Barrier(r->comm), "MPI_Barrier");
+    t1 = MPI_Wtime();
+    post = get_stats(r->comm);
+    counted->zcopy_calls += post.zcopy_calls - pre.zcopy_calls;
+    counted->fallback_calls += post.fallback_calls - pre.fallback_calls;
+    return t1 - t0;
 }
 
 /* Runs warm-up and timed iterations of one row; fills @times (this rank's
@@ -1334,17 +1381,25 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
     const timing_t timing = row_timing(r);
     int total = o->warmup + o->iters;
     double start = MPI_Wtime();
+    MPIX_Zcopy_stats barriers = { 0 };
+    char reason[sizeof(barriers.last_fallback_reason)] = "";
     bool shown = false;
     size_t errors = 0;
 
+    /* Back to back, the first call starts from the bench's barrier, not
+     * from wherever the previous row left each rank. */
+    if (timing != TIMING_START)
+        start_barrier(b->ctl);
     for (int it = 0; it < total; it++) {
         unsigned seed = o->vary ? (unsigned)it : 0;
-        double t0, t1;
+        double t0, t1, tb = 0;
         int rc;
 
         r->iter = it;
-        if (it == o->warmup)
+        if (it == o->warmup) {
             *before = get_stats(r->comm);
+            memset(&barriers, 0, sizeof(barriers));
+        }
         /* Outside the timed region: clear outputs so that a call that does
          * nothing fails the check, and (re)write inputs; in place, the last
          * result has overwritten them. */
@@ -1359,12 +1414,14 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
         t1 = MPI_Wtime();
         check_mpi(rc, c->name);
         if (timing != TIMING_START) {
-            check_mpi(MPI_Barrier(r->comm), "MPI_Barrier");
-            if (timing == TIMING_LOOP)
-                t1 = MPI_Wtime();
+            /* The call's last fallback reason, before the barrier's. */
+            if (it >= o->warmup)
+                memcpy(reason, get_stats(r->comm).last_fallback_reason,
+                       sizeof(reason));
+            tb = barrier_after(r, &barriers);
         }
         if (it >= o->warmup)
-            times[it - o->warmup] = t1 - t0;
+            times[it - o->warmup] = t1 - t0 + (timing == TIMING_LOOP ? tb : 0);
         if (o->corrupt && it == 0)
             c->poison(r);
         if (o->check) {
@@ -1375,6 +1432,10 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
         progress(r, it, total, start, &shown);
     }
     *after = get_stats(r->comm);
+    after->zcopy_calls -= barriers.zcopy_calls;
+    after->fallback_calls -= barriers.fallback_calls;
+    if (timing != TIMING_START)
+        memcpy(after->last_fallback_reason, reason, sizeof(reason));
     progress_clear(shown);
     return errors;
 }
@@ -1382,13 +1443,14 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
 static void measure(bench_t *b, run_t *r)
 {
     const options_t *o = r->opt;
+    const timing_t timing = row_timing(r);
     double *mine = calloc((size_t)o->iters, sizeof(double));
     double *per_iter = calloc((size_t)o->iters, sizeof(double));
     unsigned long long errors, all_errors = 0;
     MPIX_Zcopy_stats before = { 0 }, after = { 0 };
     row_t w = { .coll = r->coll->name, .np = r->nranks, .bytes = r->bytes,
                 .count = r->total, .in_place = r->in_place,
-                .iters = o->iters };
+                .iters = o->iters, .timing = timing_names[timing] };
     double secs;
 
     if (!mine || !per_iter)
@@ -1397,14 +1459,14 @@ static void measure(bench_t *b, run_t *r)
     /* Outside the loop: an iteration's time is its slowest rank's, or
      * (osu) the ranks' mean. */
     MPI_Reduce(mine, per_iter, o->iters, MPI_DOUBLE,
-               row_timing(r) == TIMING_OSU ? MPI_SUM : MPI_MAX, 0, b->ctl);
-    if (row_timing(r) == TIMING_OSU)
-        for (int i = 0; r->rank == 0 && i < o->iters; i++)
-            per_iter[i] /= r->nranks;
+               timing == TIMING_OSU ? MPI_SUM : MPI_MAX, 0, b->ctl);
     MPI_Reduce(&errors, &all_errors, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                b->ctl);
     path_of(b, &before, &after, w.path, sizeof(w.path));
     if (r->rank == 0) {
+        if (timing == TIMING_OSU)
+            for (int i = 0; i < o->iters; i++)
+                per_iter[i] /= r->nranks;
         summarize(per_iter, o->iters, &secs, &w.min_us);
         w.time_us = secs * 1e6;
         w.min_us *= 1e6;
@@ -1414,17 +1476,12 @@ static void measure(bench_t *b, run_t *r)
         w.type = r->bytes ? o->type->name : "none";
         w.op = r->coll->reduces ? op_names[o->op] : "none";
         w.root = r->coll->rooted ? o->root : -1;
-        if (strcmp(r->coll->name, "memcpy") == 0)
+        if (is_memcpy(r->coll))
             snprintf(w.path, sizeof(w.path), "memcpy");
         sinks_emit(&b->sinks, &w);
     }
     free(mine);
     free(per_iter);
-}
-
-static bool is_barrier(const coll_t *c)
-{
-    return c->execute == barrier_execute;
 }
 
 /* Sets up the row for @size; false when the size holds no whole block. */
