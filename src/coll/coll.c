@@ -202,11 +202,12 @@ static void coll_idle(zcopy_comm_t *zc)
 /* Whether a barrier during a skip (coll_idle) ends it: one minimum over
  * the ranks of "never set a range", which is the barrier where it does
  * not. The whole agreement (coll_setup) reduces 2 * SETTINGS + 2 words
- * and allocates the hellos first: as every barrier of a job that never
- * sets a range, it made them 1.45x slower than stock's (osu_barrier,
- * np 2, AMD EPYC VM: 0.68 against 0.47 us; 0.52 with this question). A
- * failed exchange ends the skip, so that the set-up's own exchange
- * reports it (as there, every rank is assumed to see the failure). */
+ * and allocates the hellos first: run at every barrier of a job that
+ * never sets a range, it made those barriers 1.45x slower than stock's
+ * (osu_barrier, np 2, AMD EPYC VM: 0.68 against 0.47 us; 0.52 with this
+ * question). A failed exchange ends the skip, so that the set-up's own
+ * exchange reports it (as there, every rank is assumed to see the
+ * failure). */
 static bool coll_idle_barrier_ends_skip(zcopy_comm_t *zc)
 {
     int unused = !zcopy_registry_ever_used();
