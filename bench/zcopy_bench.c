@@ -789,14 +789,23 @@ static const dtype_t *find_type(const char *name)
     return NULL;
 }
 
+/* The index of @name among @n @names, or -1. */
+static int name_index(const char *const *names, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
 static bool find_op(const char *name, op_id_t *op)
 {
-    for (size_t i = 0; i < NOPS; i++)
-        if (strcmp(op_names[i], name) == 0) {
-            *op = (op_id_t)i;
-            return true;
-        }
-    return false;
+    const int i = name_index(op_names, NOPS, name);
+
+    if (i < 0)
+        return false;
+    *op = (op_id_t)i;
+    return true;
 }
 
 enum {
@@ -840,19 +849,19 @@ static const char *apply_option(options_t *o, int c, const char *arg,
     case OPT_CHECK: o->check = true; return NULL;
     case OPT_VARY: o->vary = true; return NULL;
     case OPT_BUFFERS:
-        for (size_t k = 0; k < sizeof(buffer_kind_names) / sizeof(char *); k++)
-            if (!strcmp(arg, buffer_kind_names[k])) {
-                o->buffers = (buffer_kind_t)k;
-                return NULL;
-            }
-        return "--buffers is activated, huge, alloc_mem, malloc or plain";
+        v = name_index(buffer_kind_names,
+                       sizeof(buffer_kind_names) / sizeof(char *), arg);
+        if (v < 0)
+            return "--buffers is activated, huge, alloc_mem, malloc or plain";
+        o->buffers = (buffer_kind_t)v;
+        return NULL;
     case OPT_TIMING:
-        for (size_t k = 0; k < sizeof(timing_names) / sizeof(char *); k++)
-            if (!strcmp(arg, timing_names[k])) {
-                o->timing = (timing_t)k;
-                return NULL;
-            }
-        return "--timing is start, osu or loop";
+        v = name_index(timing_names, sizeof(timing_names) / sizeof(char *),
+                       arg);
+        if (v < 0)
+            return "--timing is start, osu or loop";
+        o->timing = (timing_t)v;
+        return NULL;
     case OPT_CSV: o->csv_path = arg; return NULL;
     case OPT_JSON: o->json_path = arg; return NULL;
     case OPT_PROGRESS: o->progress = true; return NULL;
@@ -1331,9 +1340,6 @@ static void progress_clear(bool shown)
         fprintf(stderr, "\r%60s\r", "");
 }
 
-/* How @r's iterations are timed: memcpy rows, the roofline's reference
- * (compare.sh), always from the bench's own barrier, whatever --timing
- * says of the collectives. */
 static bool is_barrier(const coll_t *c)
 {
     return c->execute == barrier_execute;
@@ -1344,6 +1350,9 @@ static bool is_memcpy(const coll_t *c)
     return c->execute == memcpy_execute;
 }
 
+/* How @r's iterations are timed: memcpy rows, the roofline's reference
+ * (compare.sh), always from the bench's own barrier, whatever --timing
+ * says of the collectives. */
 static timing_t row_timing(const run_t *r)
 {
     return is_memcpy(r->coll) ? TIMING_START : r->opt->timing;
@@ -1352,8 +1361,9 @@ static timing_t row_timing(const run_t *r)
 /* The MPI_Barrier after a call under --timing osu and loop, but after a
  * barrier, which is its own (as osu_barrier times them). Returns the
  * seconds it took; adds what it counted in the zcopy statistics to
- * @counted, so that the row's path is the collective's alone (those reads
- * are outside the time). */
+ * @counted, and keeps there the call's last fallback reason from before
+ * it, so that the row's path is the collective's alone (those reads are
+ * outside the time). */
 static double barrier_after(const run_t *r, MPIX_Zcopy_stats *counted)
 {
     MPIX_Zcopy_stats pre, post;
@@ -1362,6 +1372,8 @@ static double barrier_after(const run_t *r, MPIX_Zcopy_stats *counted)
     if (is_barrier(r->coll))
         return 0;
     pre = get_stats(r->comm);
+    memcpy(counted->last_fallback_reason, pre.last_fallback_reason,
+           sizeof(pre.last_fallback_reason));
     t0 = MPI_Wtime();
     check_mpi(MPI_Barrier(r->comm), "MPI_Barrier");
     t1 = MPI_Wtime();
@@ -1382,7 +1394,6 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
     int total = o->warmup + o->iters;
     double start = MPI_Wtime();
     MPIX_Zcopy_stats barriers = { 0 };
-    char reason[sizeof(barriers.last_fallback_reason)] = "";
     bool shown = false;
     size_t errors = 0;
 
@@ -1413,13 +1424,8 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
         rc = c->execute(r);
         t1 = MPI_Wtime();
         check_mpi(rc, c->name);
-        if (timing != TIMING_START) {
-            /* The call's last fallback reason, before the barrier's. */
-            if (it >= o->warmup)
-                memcpy(reason, get_stats(r->comm).last_fallback_reason,
-                       sizeof(reason));
+        if (timing != TIMING_START)
             tb = barrier_after(r, &barriers);
-        }
         if (it >= o->warmup)
             times[it - o->warmup] = t1 - t0 + (timing == TIMING_LOOP ? tb : 0);
         if (o->corrupt && it == 0)
@@ -1432,10 +1438,12 @@ static size_t iterate(bench_t *b, run_t *r, double *times,
         progress(r, it, total, start, &shown);
     }
     *after = get_stats(r->comm);
-    after->zcopy_calls -= barriers.zcopy_calls;
-    after->fallback_calls -= barriers.fallback_calls;
-    if (timing != TIMING_START)
-        memcpy(after->last_fallback_reason, reason, sizeof(reason));
+    if (timing != TIMING_START && !is_barrier(c)) {
+        after->zcopy_calls -= barriers.zcopy_calls;
+        after->fallback_calls -= barriers.fallback_calls;
+        memcpy(after->last_fallback_reason, barriers.last_fallback_reason,
+               sizeof(barriers.last_fallback_reason));
+    }
     progress_clear(shown);
     return errors;
 }
