@@ -1221,6 +1221,8 @@ typedef struct {
     bool pushes;              /* it spans them, and auto may push large
                                  alltoall blocks (phase_pushes) */
     int server[MAX_RANKS];    /* each rank's server (with pushes) */
+    int max_group;            /* the most ranks of one server, where the
+                                 comm spans servers (phase_pushes) */
     bool blocks_split;        /* comm_splits_blocks(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
@@ -1253,7 +1255,8 @@ static bool comm_splits_blocks(const int *wranks, int n);
  * its ranks (a host's ranks split into coll_zcopy_virtual_servers runs of
  * consecutive local ranks, src/topo/server.c), not under
  * coll_zcopy_transport ucx (one rank a server), nor where any host has an
- * RDMA device. Sets ph->server, each rank's server. */
+ * RDMA device. Sets ph->server, each rank's server, and ph->max_group
+ * (every rank a server of its own under coll_zcopy_transport ucx). */
 static bool phase_pushes(phase_t *ph)
 {
     const int vs = zt_cvar_int("coll_zcopy_virtual_servers", 1);
@@ -1277,6 +1280,16 @@ static bool phase_pushes(phase_t *ph)
     MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, ph->comm);
     for (int r = 0; r < ph->n; r++)
         ph->server[r] = all[r][0] * 4096 + all[r][1];
+    for (int r = 0; r < ph->n; r++) {
+        int same = 0;
+
+        for (int j = 0; j < ph->n; j++)
+            same += ph->server[j] == ph->server[r];
+        if (same > ph->max_group)
+            ph->max_group = same;
+    }
+    if (zt_cvar_int("coll_zcopy_transport", 0) == 2)
+        ph->max_group = 1;
     return fetch_auto && push_min > 0 && !any_rdma &&
            zt_cvar_int("coll_zcopy_transport", 0) != 2 &&
            (most + servers - 1) / servers > 1;
@@ -1344,11 +1357,13 @@ static int yield;
  * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
  * rank reads one block of n, reduce_scatter_block, scatter, alltoall,
  * unless leaders send each server only its ranks' blocks; twice it for
- * bcast, scatter and alltoall otherwise), and what every sender's payload
- * needs fits the plane's area (n payloads of up to twice the parameter,
- * or the root's alone; for the collectives not doubled, within 1 MiB). */
+ * bcast, scatter and alltoall otherwise; for allreduce over the square of
+ * @max_group, the most ranks of one server), and what every sender's
+ * payload needs fits the plane's area (n payloads of up to twice the
+ * parameter, or the root's alone; for the collectives not doubled, within
+ * 1 MiB). */
 static bool span_carries(const coll_case_t *c, size_t bytes,
-                         bool blocks_split)
+                         bool blocks_split, int max_group)
 {
     const size_t n = (size_t)c->n;
     const char *name = c->coll->name;
@@ -1358,9 +1373,12 @@ static bool span_carries(const coll_case_t *c, size_t bytes,
                         strcmp(name, "scatter") == 0 ||
                         strcmp(name, "alltoall") == 0;
     const bool once = root_only || strcmp(name, "alltoall") == 0;
+    const size_t m = (size_t)max_group;
     const size_t limit = blocks && !blocks_split ? span_inline_max / 4
                          : once                  ? 2 * span_inline_max
-                                                 : span_inline_max;
+                         : strcmp(name, "allreduce") == 0
+                             ? span_inline_max / (m * m)
+                             : span_inline_max;
     size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
                       : (2 * span_inline_max * n + 63) / 64 * 64;
@@ -1428,8 +1446,14 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph,
     in_server = bytes <= limit;
     if (!span)
         return in_server;
-    between = span_carries(c, bytes, ph->blocks_split);
-    if (ph->spans || in_server == between)
+    /* A split's servers are not known here: its answer must not depend
+     * on how many of its ranks share one. */
+    between = span_carries(c, bytes, ph->blocks_split,
+                           ph->spans ? ph->max_group : 1);
+    if (ph->spans)
+        return between;
+    if (in_server == between &&
+        between == span_carries(c, bytes, ph->blocks_split, ph->n))
         return between;
     return -1;
 }
@@ -1784,6 +1808,16 @@ static size_t span_twice_count(const phase_t *ph, int coll,
     return 384 * KIB / t->extent / (blocks ? (size_t)ph->n : 1);
 }
 
+/* An allreduce between servers carries coll_zcopy_span_inline_max over
+ * the square of the most ranks of one server with the arrival
+ * (span_carries): a count of 128 KiB, which rides with the suite's 256
+ * KiB where every server has one rank and not where one has two, tells
+ * the two apart. */
+static size_t span_allreduce_count(const type_desc_t *t)
+{
+    return 128 * KIB / t->extent;
+}
+
 static void run_reductions(phase_t *ph)
 {
     static const int reductions[] = { C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER,
@@ -1798,10 +1832,12 @@ static void run_reductions(phase_t *ph)
             const size_t large = coll == C_RSB
                 ? MIB / t->extent / (size_t)ph->n + 3 : MIB / t->extent + 3;
             const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent, large,
-                                      span_window_count(ph, t) };
-            /* The window between servers matters to the payloads of
-             * blocks alone. */
-            const size_t nsizes = span && coll == C_RSB ? 6 : 5;
+                                      coll == C_RSB ? span_window_count(ph, t)
+                                                    : span_allreduce_count(t) };
+            /* The windows between servers: the payloads of blocks, and
+             * allreduce's. */
+            const size_t nsizes = span && (coll == C_RSB ||
+                                           coll == C_ALLREDUCE) ? 6 : 5;
             for (size_t oi = 0; oi < NOPS; oi++) {
                 if (!op_applies(&ops[oi], t))
                     continue;

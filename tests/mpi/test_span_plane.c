@@ -6,7 +6,7 @@
  * message to each other server's leader, of its own server's records (with
  * their payloads, for a collective small enough to ride with its arrival;
  * of alltoall and scatter payloads, only the blocks of that server's
- * ranks).
+ * ranks; of gather and reduce payloads, only to the root's server).
  *
  * Run on virtual servers (coll_zcopy_virtual_servers=V: consecutive blocks
  * of ranks, the first of each block its leader) or with
@@ -266,6 +266,17 @@ static void run_small_scatter(MPI_Comm comm)
                 MPI_INT32_T, 0, comm);
 }
 
+/* A gather of A2A_BLOCK bytes per rank to the last rank: only the root
+ * reads the payloads, so a leader sends the root's server its places and
+ * its ranks' payloads, and every other server its places alone. */
+static int gather_root;
+
+static void run_small_gather(MPI_Comm comm)
+{
+    MPI_Gather(a2a_in, A2A_BLOCK / 4, MPI_INT32_T, a2a_out, A2A_BLOCK / 4,
+               MPI_INT32_T, gather_root, comm);
+}
+
 /* measure() on WORLD for a call whose payloads must ride the arrival,
  * in steps too, where check_blocks() counts messages only: a call that
  * fell back would pass that count. */
@@ -325,6 +336,35 @@ static void check_blocks(const layout_t *l, const sent_t *all, int rank,
                      root < 0 ? "alltoall" : "scatter", j, src,
                      a2a_out[from * (A2A_BLOCK / 4) + j], want);
         }
+}
+
+static void check_gather(const layout_t *l, const sent_t *all, int rank)
+{
+    /* Every rank's record holds its payload: rank 1's, which leads no
+     * server here. */
+    const unsigned long long record = all[1].bytes / CALLS;
+    const int me = rank / l->per, root_server = gather_root / l->per;
+    const unsigned long long mine = (unsigned long long)group_size(l, rank);
+    unsigned long long expected = record;
+
+    for (int h = 0; h < l->ngroups; h++)
+        if (h != me)
+            expected += mine * PLACE + (h == root_server ? mine * A2A_BLOCK
+                                                         : 0);
+    if (rank % l->per == 0 && !in_steps(l))
+        ZT_CHECK(all[rank].bytes == CALLS * expected,
+                 "gather of %d bytes per rank to rank %d: leader rank %d "
+                 "sent %llu control bytes per call, expected %llu (its "
+                 "record, then its places and payloads to the root's "
+                 "server, its places alone to the others)", A2A_BLOCK,
+                 gather_root, rank, all[rank].bytes / CALLS, expected);
+    for (int from = 0; from < l->nranks && rank == gather_root; from++)
+        for (int j = 0; j < A2A_BLOCK / 4; j++)
+            ZT_CHECK(a2a_out[from * (A2A_BLOCK / 4) + j] ==
+                         from * 10000 + j,
+                     "gather: element %d from rank %d is %d, expected %d", j,
+                     from, a2a_out[from * (A2A_BLOCK / 4) + j],
+                     from * 10000 + j);
 }
 
 static void run_fallback(MPI_Comm comm)
@@ -682,6 +722,9 @@ int main(int argc, char **argv)
         check_blocks(&l, all, rank, -1);
         measure_inline(&l, peers, run_small_scatter, all);
         check_blocks(&l, all, rank, 0);
+        gather_root = nranks - 1;
+        measure_inline(&l, peers, run_small_gather, all);
+        check_gather(&l, all, rank);
     }
     ZT_CHECK(tiny_out[0] == nranks * (nranks - 1) / 2 &&
                  tiny_out[1] == tiny_out[0],

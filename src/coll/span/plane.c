@@ -480,13 +480,25 @@ static zcopy_ucx_iov_t *plane_pieces(const zcopy_span_t *sp, int h, bool out)
                                      (size_t)h];
 }
 
+/* Leader: whether its message of an arrival to group @h carries its
+ * group's places alone: its payloads are read by one rank (the root of a
+ * reduce or gather), not of @h. The receive, posted for the whole part,
+ * takes the shorter message in its first bytes. */
+static bool plane_places_only(const zcopy_span_t *sp, int h)
+{
+    const int reader = sp->carried.reader;
+
+    return sp->carried.len > 0 && reader >= 0 && sp->group[reader] != h;
+}
+
 /* Leader: posts the exchange with the other groups' leaders, counted in
  * @comp; false when a message could not be posted. An arrival whose
  * payloads are blocks sends each group only its ranks' blocks
  * (plane_blocks): n / h times fewer payload bytes than the whole part to
- * a group of h of the n ranks. A group with a rank that declined sends its
- * places alone (plane_buffers), which fill the first piece of the
- * receive. */
+ * a group of h of the n ranks; one whose payloads only a root reads sends
+ * the other groups its places (plane_places_only). A group with a rank
+ * that declined sends its places alone (plane_buffers), which fill the
+ * first piece of the receive. */
 static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
                                 bool arrival, uint64_t round,
                                 zcopy_ucx_comp_t *comp)
@@ -496,7 +508,7 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
     zcopy_ucx_iov_t *iov;
     bool ok = true;
     uint8_t *buf;
-    size_t len, whole, n;
+    size_t len, whole, places, n;
 
     /* Everything is posted even after a failure: a leader left without
      * its message would wait for it forever. */
@@ -512,18 +524,22 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
                                           comp)) == ZCOPY_SUCCESS;
     }
     plane_buffers(sp, arrival, me, &buf, &whole);
+    places = (size_t)zcopy_span_group_size(sp, me) * ZCOPY_SPAN_DESC_STRIDE;
     for (int h = 0; h < sp->ngroups; h++) {
+        const bool places_only = arrival && plane_places_only(sp, h);
         bool sent;
 
         if (h == me)
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
-        if (n == 0 && arrival && !declined && sp->own_payload != NULL) {
+        if (n == 0 && arrival && !declined && !places_only &&
+            sp->own_payload != NULL) {
             iov = sp->own_part;
             n = 2;
         }
-        len = n > 0 ? zcopy_ucx_iov_bytes(iov, n) : whole;
+        len = n > 0 ? zcopy_ucx_iov_bytes(iov, n)
+                    : places_only && places < whole ? places : whole;
         sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
                                             iov, n,
                                             plane_tag(sp, h, me, round), comp)

@@ -1002,16 +1002,28 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
  * faster inline on 2 servers of 1 and of 2 ranks and on two virtual
  * servers, where allreduce, reduce_scatter_block and allgather, whose
  * ranks reduce or read every payload, ran up to 2x slower inline
- * (docs/parameters.md). */
+ * (docs/parameters.md).
+ *
+ * An allreduce inline sends each other server its m ranks' whole vectors,
+ * where the hierarchical allreduce sends about one vector's worth, and
+ * every rank reduces all n vectors, where there it reduces about n / m of
+ * them: m times the bytes and m times the work, so it carries
+ * the parameter over m squared (m the largest server's ranks). On 2
+ * servers of 1 rank it stayed faster inline up to 256 KiB, on 2 of 2
+ * (emulated or virtual) only up to 64 KiB: at 128 and 256 KiB it ran
+ * 1.3-1.7x slower inline (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {
     const size_t limit = zcopy_config.span_inline_max;
+    const size_t m = (size_t)sp->max_group;
 
     if (zcopy_coll_payload_is_blocks(a->type) && !sp->blocks_split)
         return limit / 4;
     if (zcopy_span_reads_one_payload(a->type))
         return zcopy_span_payload_rank_max();
+    if (a->type == ZCOPY_COLL_ALLREDUCE)
+        return limit / (m * m);
     return limit;
 }
 
@@ -1040,7 +1052,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_span_algo_t sa = { .zc = zc, .sp = sp, .a = a, .rank = zc->rank,
                              .nranks = zc->size,
                              .comp = ZCOPY_UCX_COMP_INIT };
-    zcopy_span_payload_t pl = { .root = -1 };
+    zcopy_span_payload_t pl = { .root = -1, .reader = -1 };
     zcopy_span_desc_t mine;
     const void *src = NULL;
     size_t inline_total, len = 0;
@@ -1063,6 +1075,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     inline_total = zcopy_coll_inline_bytes(zc, a, span_inline_limit(sp, a));
     if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
         pl.root = a->root;
+    if (a->type == ZCOPY_COLL_REDUCE || a->type == ZCOPY_COLL_GATHER)
+        pl.reader = a->root;
     pl.len = inline_total;
     if (!zcopy_span_payload_fits(sp, &pl, span_inline_room(a)))
         inline_total = pl.len = 0;

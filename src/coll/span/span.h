@@ -77,10 +77,13 @@ static inline size_t zcopy_span_payload_rank_max(void)
 }
 
 /* Which ranks of a collective send a payload with their arrival, and how
- * much each: all of them, or only the root (bcast, scatter). */
+ * much each: all of them, or only the root (bcast, scatter); and which
+ * read them: all, or only the root (reduce, gather). */
 typedef struct {
     size_t len;                   /* bytes per sender; 0: no payload */
     int root;                     /* the only sender, or -1 for all */
+    int reader;                   /* the only reader, or -1 for all: the
+                                     other servers get the places alone */
     size_t block;                 /* bytes rank r reads of each payload, at
                                      r * block (alltoall,
                                      reduce_scatter_block, scatter: the
