@@ -1357,8 +1357,8 @@ static int yield;
  * servers: at most coll_zcopy_span_inline_max (a quarter of it where each
  * rank reads one block of n, reduce_scatter_block, scatter, alltoall,
  * unless leaders send each server only its ranks' blocks; twice it for
- * bcast, scatter and alltoall otherwise; for allreduce over the square of
- * @max_group, the most ranks of one server), and what every sender's
+ * bcast, scatter and alltoall otherwise; for allreduce over @max_group,
+ * the most ranks of one server), and what every sender's
  * payload needs fits the plane's area (n payloads of up to twice the
  * parameter, or the root's alone; for the collectives not doubled, within
  * 1 MiB). */
@@ -1377,7 +1377,7 @@ static bool span_carries(const coll_case_t *c, size_t bytes,
     const size_t limit = blocks && !blocks_split ? span_inline_max / 4
                          : once                  ? 2 * span_inline_max
                          : strcmp(name, "allreduce") == 0
-                             ? span_inline_max / (m * m)
+                             ? span_inline_max / m
                              : span_inline_max;
     size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
@@ -1809,13 +1809,12 @@ static size_t span_twice_count(const phase_t *ph, int coll,
 }
 
 /* An allreduce between servers carries coll_zcopy_span_inline_max over
- * the square of the most ranks of one server with the arrival
- * (span_carries): a count of 128 KiB, which rides with the suite's 256
- * KiB where every server has one rank and not where one has two, tells
- * the two apart. */
+ * the most ranks of one server with the arrival (span_carries): a count
+ * of 192 KiB, which rides with the suite's 256 KiB where every server has
+ * one rank and not where one has two, tells the two apart. */
 static size_t span_allreduce_count(const type_desc_t *t)
 {
-    return 128 * KIB / t->extent;
+    return 192 * KIB / t->extent;
 }
 
 static void run_reductions(phase_t *ph)

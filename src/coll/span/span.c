@@ -1004,14 +1004,12 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
  * ranks reduce or read every payload, ran up to 2x slower inline
  * (docs/parameters.md).
  *
- * An allreduce inline sends each other server its m ranks' whole vectors,
- * where the hierarchical allreduce sends about one vector's worth, and
- * every rank reduces all n vectors, where there it reduces about n / m of
- * them: m times the bytes and m times the work, so it carries
- * the parameter over m squared (m the largest server's ranks). On 2
- * servers of 1 rank it stayed faster inline up to 256 KiB, on 2 of 2
- * (emulated or virtual) only up to 64 KiB: at 128 and 256 KiB it ran
- * 1.3-1.7x slower inline (docs/parameters.md). */
+ * An allreduce inline sends each other server its m ranks' whole vectors
+ * (m the largest server's ranks), where the hierarchical allreduce sends
+ * about one vector's worth in more rounds, so it carries the parameter
+ * over m. On 2 servers of 1 rank it stayed faster inline up to 256 KiB;
+ * on 2 of 2 (emulated or virtual) it ran 1.1-1.7x slower inline at 256
+ * KiB, and at 96-128 KiB either way (docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {
@@ -1023,7 +1021,7 @@ static size_t span_inline_limit(const zcopy_span_t *sp,
     if (zcopy_span_reads_one_payload(a->type))
         return zcopy_span_payload_rank_max();
     if (a->type == ZCOPY_COLL_ALLREDUCE)
-        return limit / (m * m);
+        return limit / m;
     return limit;
 }
 
