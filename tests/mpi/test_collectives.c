@@ -1809,12 +1809,13 @@ static size_t span_twice_count(const phase_t *ph, int coll,
 }
 
 /* An allreduce between servers carries coll_zcopy_span_inline_max over
- * the most ranks of one server with the arrival (span_carries): a count
- * of 192 KiB, which rides with the suite's 256 KiB where every server has
- * one rank and not where one has two, tells the two apart. */
-static size_t span_allreduce_count(const type_desc_t *t)
+ * the most ranks of one server with the arrival (span_carries): with the
+ * suite's 256 KiB, a vector of 128 KiB rides where a server has up to 2
+ * ranks (the limit is inclusive), one of 192 KiB only where every server
+ * has one. */
+static size_t span_allreduce_count(const type_desc_t *t, size_t kib)
 {
-    return 192 * KIB / t->extent;
+    return kib * KIB / t->extent;
 }
 
 static void run_reductions(phase_t *ph)
@@ -1831,12 +1832,16 @@ static void run_reductions(phase_t *ph)
             const size_t large = coll == C_RSB
                 ? MIB / t->extent / (size_t)ph->n + 3 : MIB / t->extent + 3;
             const size_t counts[] = { 0, 1, 7, 4 * KIB / t->extent, large,
-                                      coll == C_RSB ? span_window_count(ph, t)
-                                                    : span_allreduce_count(t) };
+                                      coll == C_RSB
+                                          ? span_window_count(ph, t)
+                                          : span_allreduce_count(t, 128),
+                                      span_allreduce_count(t, 192) };
             /* The windows between servers: the payloads of blocks, and
              * allreduce's. */
-            const size_t nsizes = span && (coll == C_RSB ||
-                                           coll == C_ALLREDUCE) ? 6 : 5;
+            const size_t nsizes = !span              ? 5
+                                  : coll == C_RSB       ? 6
+                                  : coll == C_ALLREDUCE ? 7
+                                                        : 5;
             for (size_t oi = 0; oi < NOPS; oi++) {
                 if (!op_applies(&ops[oi], t))
                     continue;

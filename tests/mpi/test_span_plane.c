@@ -266,9 +266,10 @@ static void run_small_scatter(MPI_Comm comm)
                 MPI_INT32_T, 0, comm);
 }
 
-/* A gather of A2A_BLOCK bytes per rank to the last rank: only the root
- * reads the payloads, so a leader sends the root's server its places and
- * its ranks' payloads, and every other server its places alone. */
+/* A gather of A2A_BLOCK bytes per rank, to the last rank and to rank 0
+ * (a leader): only the root reads the payloads, so a leader
+ * sends the root's server its places and its ranks' payloads, and every
+ * other server its places alone. */
 static int gather_root;
 
 static void run_small_gather(MPI_Comm comm)
@@ -351,6 +352,11 @@ static void check_gather(const layout_t *l, const sent_t *all, int rank)
         if (h != me)
             expected += mine * PLACE + (h == root_server ? mine * A2A_BLOCK
                                                          : 0);
+    ZT_CHECK(all[rank].msgs ==
+                 CALLS * (rank % l->per == 0
+                              ? 1 + (unsigned long long)leader_steps(l) : 1),
+             "gather: rank %d sent %llu control messages in %d calls",
+             rank, all[rank].msgs, CALLS);
     if (rank % l->per == 0 && !in_steps(l))
         ZT_CHECK(all[rank].bytes == CALLS * expected,
                  "gather of %d bytes per rank to rank %d: leader rank %d "
@@ -723,6 +729,9 @@ int main(int argc, char **argv)
         measure_inline(&l, peers, run_small_scatter, all);
         check_blocks(&l, all, rank, 0);
         gather_root = nranks - 1;
+        measure_inline(&l, peers, run_small_gather, all);
+        check_gather(&l, all, rank);
+        gather_root = 0;
         measure_inline(&l, peers, run_small_gather, all);
         check_gather(&l, all, rank);
     }

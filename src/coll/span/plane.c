@@ -22,8 +22,9 @@
  * report) to every other group's leader in
  * one tagged UCX message each (of payloads that are a block per rank,
  * where blocks are split, only the blocks of that group's ranks:
- * plane_split_blocks, plane_blocks), receives theirs straight into their
- * parts, and completes the round; members wait for that. So a rank that
+ * plane_split_blocks, plane_blocks; of payloads only a root reads, none
+ * to the other groups: plane_places_only), receives theirs straight into
+ * their parts, and completes the round; members wait for that. So a rank that
  * is not a leader sends one record per round whatever the number of
  * servers, and a leader one message per other server. From
  * coll_zcopy_span_dissemination_min servers on, leaders pass a round in
@@ -539,7 +540,7 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
             n = 2;
         }
         len = n > 0 ? zcopy_ucx_iov_bytes(iov, n)
-                    : places_only && places < whole ? places : whole;
+                    : places_only ? places : whole;
         sent = (n > 0 ? zcopy_ucx_tag_sendv(sp->eps[plane_leader_of(sp, h)],
                                             iov, n,
                                             plane_tag(sp, h, me, round), comp)

@@ -253,7 +253,8 @@ uint32_t zcopy_span_plane_new_id(void);
 /* This call's arrival: @mine reaches every rank, and every rank's is
  * zcopy_span_desc() until the next arrival; so do the payloads @pl says
  * the ranks send (this rank's @len bytes at @src, when it is a sender),
- * at zcopy_span_payload_at(). Except where the arrival is settled inside
+ * at zcopy_span_payload_at(), on every rank that reads them (all, or
+ * the groups of @pl->reader and of the sender). Except where the arrival is settled inside
  * this rank's group (sp->settled): a rank of the group declined, so the
  * call falls back whatever the other groups say, and only this group's
  * places are sure to be there. @src_stays: nothing writes @src until the
