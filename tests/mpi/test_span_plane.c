@@ -295,6 +295,19 @@ static void measure_inline(const layout_t *l, MPI_Comm peers,
              (unsigned long long)(s1.inline_calls - s0.inline_calls), CALLS);
 }
 
+/* A call that rode its arrival: one record per call from every rank, and
+ * from a leader one message more per step. */
+static void check_inline_msgs(const layout_t *l, const sent_t *all, int rank,
+                              const char *what)
+{
+    const unsigned long long per_call =
+        rank % l->per == 0 ? 1 + (unsigned long long)leader_steps(l) : 1;
+
+    ZT_CHECK(all[rank].msgs == CALLS * per_call, "%s: rank %d sent %llu "
+             "control messages in %d calls, expected %llu per call", what,
+             rank, all[rank].msgs, CALLS, per_call);
+}
+
 /* @root: the scatter's, or -1 for the alltoall. */
 static void check_blocks(const layout_t *l, const sent_t *all, int rank,
                          int root)
@@ -315,11 +328,7 @@ static void check_blocks(const layout_t *l, const sent_t *all, int rank,
             expected += mine * PLACE +
                         senders * (unsigned long long)group_size(l, h * l->per) *
                             A2A_BLOCK;
-    ZT_CHECK(all[rank].msgs ==
-                 CALLS * (rank % l->per == 0
-                              ? 1 + (unsigned long long)leader_steps(l) : 1),
-             "alltoall: rank %d sent %llu control messages in %d calls",
-             rank, all[rank].msgs, CALLS);
+    check_inline_msgs(l, all, rank, root < 0 ? "alltoall" : "scatter");
     if (rank % l->per == 0 && !in_steps(l))
         ZT_CHECK(all[rank].bytes == CALLS * expected,
                  "%s of %d bytes per rank: leader rank %d sent %llu control "
@@ -352,11 +361,7 @@ static void check_gather(const layout_t *l, const sent_t *all, int rank)
         if (h != me)
             expected += mine * PLACE + (h == root_server ? mine * A2A_BLOCK
                                                          : 0);
-    ZT_CHECK(all[rank].msgs ==
-                 CALLS * (rank % l->per == 0
-                              ? 1 + (unsigned long long)leader_steps(l) : 1),
-             "gather: rank %d sent %llu control messages in %d calls",
-             rank, all[rank].msgs, CALLS);
+    check_inline_msgs(l, all, rank, "gather");
     if (rank % l->per == 0 && !in_steps(l))
         ZT_CHECK(all[rank].bytes == CALLS * expected,
                  "gather of %d bytes per rank to rank %d: leader rank %d "
