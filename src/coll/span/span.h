@@ -254,10 +254,10 @@ uint32_t zcopy_span_plane_new_id(void);
  * zcopy_span_desc() until the next arrival; so do the payloads @pl says
  * the ranks send (this rank's @len bytes at @src, when it is a sender),
  * at zcopy_span_payload_at(), on every rank that reads them (all, or
- * the groups of @pl->reader and of the sender). Except where the arrival is settled inside
- * this rank's group (sp->settled): a rank of the group declined, so the
- * call falls back whatever the other groups say, and only this group's
- * places are sure to be there. @src_stays: nothing writes @src until the
+ * the groups of @pl->reader and of the sender). Except where the arrival
+ * is settled inside this rank's group (sp->settled): a rank of the group
+ * declined, so the call falls back whatever the other groups say, and
+ * only this group's places are sure to be there. @src_stays: nothing writes @src until the
  * call ends, and the call's delivery never writes where it reads this
  * rank's payload; then a rank alone in its group sends its payload
  * straight from @src instead of copying it into the area first. */
