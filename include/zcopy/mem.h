@@ -59,7 +59,10 @@ int zcopy_mem_reserve(void **va, size_t size, size_t alignment, void *hint,
 /* Release a whole reservation; ZCOPY_ERR_BUSY while mappings remain in it. */
 int zcopy_mem_release(void *va);
 
-/* Allocate @size bytes of physical memory; @flags: 0. */
+/* Allocate @size bytes of physical memory, all of it now: ZCOPY_ERR_NOMEM
+ * where the machine, or this process's memory cgroup, has not that much
+ * left (ZCOPY_MEM_HOST asks before a large create, rather than leave the
+ * kernel's OOM killer to end some process); @flags: 0. */
 int zcopy_mem_create(zcopy_mem_handle_t *handle, size_t size,
                      const zcopy_mem_prop_t *prop, uint64_t flags);
 /* Free physical memory; ZCOPY_ERR_BUSY while it is mapped anywhere here. */

@@ -147,6 +147,13 @@ int zcopy_memfd_seal_size(int fd);
  * owner writes, such as the export table. */
 int zcopy_memfd_seal_read_only(int fd);
 
+/* Bytes of memory this process can still take: what the kernel counts as
+ * available (free, and page cache it can drop) and free swap, bounded by
+ * its memory cgroup's limit less its usage (v1 or v2); SIZE_MAX where
+ * nothing can be read. Machine-wide: a policy that binds pages to one
+ * NUMA node of several can run out there first. */
+size_t zcopy_memory_left(void);
+
 /* A shared segment of @size bytes for peers to map: a memfd, owner-only,
  * allocated now (ENOMEM here rather than SIGBUS later), size sealed. */
 zcopy_status_t zcopy_memfd_segment(const char *name, size_t size, int *fd_p,

@@ -1,7 +1,8 @@
 /*
  * ZCOPY_MEM_HOST: physical memory is a memfd. Backing store is allocated at
  * create time (fallocate), so a machine out of memory fails here with
- * ZCOPY_ERR_NOMEM rather than with SIGBUS at first touch in a collective.
+ * ZCOPY_ERR_NOMEM rather than with SIGBUS at first touch in a collective,
+ * or with the kernel's OOM killer during the fallocate (host_fallocate).
  */
 #include "mem.h"
 
@@ -9,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -72,17 +74,58 @@ zcopy_status_t zcopy_mem_host_check_node(int node)
                        "NUMA node %d does not exist on this machine", node);
 }
 
+/* A fallocate of shared memory beyond what is free does not fail: the
+ * kernel's OOM killer ends a process instead, this one or another (a
+ * create of 26 GiB on a VM of 23 GiB killed the creating process). So a
+ * create first asks what is left, and a large one goes in
+ * steps of HOST_FALLOCATE_STEP, each only while HOST_MEMORY_RESERVE would
+ * stay free after it: an allocation elsewhere in between can take at most
+ * a step's worth before this one notices and stops. A create of a step or
+ * less goes at once, unasked (the look costs as much as a small create).
+ * Huge pages come from their own pool, whose exhaustion fallocate
+ * reports (ENOSPC). Two large creates racing for the last memory may both
+ * fail where one alone would fit: they fail with ZCOPY_ERR_NOMEM, and
+ * nothing is killed. */
+#define HOST_FALLOCATE_STEP ((size_t)256 << 20)
+#define HOST_MEMORY_RESERVE ((size_t)128 << 20)
+
+/* fallocate of @size bytes of @fd in steps, each while the memory left
+ * keeps the reserve (see above); ENOMEM when it would not. */
+static int host_fallocate(int fd, size_t size, bool huge)
+{
+    size_t done = 0;
+
+    if (huge || size <= HOST_FALLOCATE_STEP)
+        return fallocate(fd, 0, 0, (off_t)size);
+    while (done < size) {
+        const size_t step = size - done < HOST_FALLOCATE_STEP
+                                ? size - done : HOST_FALLOCATE_STEP;
+        const size_t left = zcopy_memory_left();
+
+        if (left != SIZE_MAX &&
+            (left < HOST_MEMORY_RESERVE ||
+             (done == 0 ? size : step) > left - HOST_MEMORY_RESERVE)) {
+            errno = ENOMEM;
+            return -1;
+        }
+        if (fallocate(fd, 0, (off_t)done, (off_t)step) != 0)
+            return -1;
+        done += step;
+    }
+    return 0;
+}
+
 /* Allocates the pages of @fd on NUMA node @node by binding this thread's
  * policy for the duration of the fallocate (the policy is per thread, so no
  * other thread is affected), then restoring the previous policy. */
-static int host_fallocate_on_node(int fd, size_t size, int node)
+static int host_fallocate_on_node(int fd, size_t size, int node, bool huge)
 {
     unsigned long old_mask[16] = {0}, mask[16] = {0};
     int old_mode = MPOL_DEFAULT, rc, saved;
     const unsigned long maxnode = sizeof(mask) * 8;
 
     if (node < 0)
-        return fallocate(fd, 0, 0, (off_t)size);
+        return host_fallocate(fd, size, huge);
     if ((unsigned long)node >= maxnode) {
         errno = EINVAL;
         return -1;
@@ -92,7 +135,7 @@ static int host_fallocate_on_node(int fd, size_t size, int node)
     mask[node / 64] = 1ul << (node % 64);
     if (syscall(SYS_set_mempolicy, MPOL_BIND, mask, maxnode) != 0)
         return -1;
-    rc = fallocate(fd, 0, 0, (off_t)size);
+    rc = host_fallocate(fd, size, huge);
     saved = errno;
     syscall(SYS_set_mempolicy, old_mode, old_mask, maxnode);
     errno = saved;
@@ -124,13 +167,14 @@ zcopy_status_t zcopy_mem_host_create(struct zcopy_mem_handle *h, size_t size,
                            strerror(err));
     }
     if (ftruncate(fd, (off_t)size) != 0 ||
-        host_fallocate_on_node(fd, size, prop->device) != 0) {
+        host_fallocate_on_node(fd, size, prop->device,
+                               prop->flags & ZCOPY_MEM_HUGE) != 0) {
         int err = errno;
         close(fd);
         if (err == ENOMEM || err == ENOSPC)
             return zcopy_error(ZCOPY_ERR_NOMEM,
-                               "cannot allocate %zu bytes (NUMA node %d)",
-                               size, prop->device);
+                               "cannot allocate %zu bytes (NUMA node %d): "
+                               "out of memory", size, prop->device);
         /* A container without CAP_SYS_NICE (Docker's default seccomp
          * profile) refuses memory policies: no placement here, but
          * device -1 still works. */

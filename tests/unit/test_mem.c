@@ -335,6 +335,65 @@ static void test_create_sealed(void)
     CHECK_OK(zcopy_mem_free(h));
 }
 
+/* Bytes of /proc/meminfo's @key, or 0. */
+static size_t meminfo_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    char line[256];
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0 &&
+            sscanf(line + strlen(key), " %llu", &kb) == 1)
+            break;
+    fclose(f);
+    return (size_t)kb << 10;
+}
+
+/* More memory than the machine has, RAM and swap: NOMEM, said so, and
+ * nothing created, rather than the kernel's OOM killer ending this
+ * process in the middle of the fallocate (which it did before the create
+ * asked what was left). Then a create of a few steps (mem_host.c) that
+ * fits: whole, its last page as usable as its first. */
+static void test_create_beyond_memory(void)
+{
+    const size_t ram = meminfo_bytes("MemTotal:");
+    const size_t big = (ram + meminfo_bytes("SwapTotal:") + 1024 * MiB) /
+                       page * page;
+    zcopy_mem_handle_t sentinel = (zcopy_mem_handle_t)(uintptr_t)0x1234;
+    zcopy_mem_handle_t h = sentinel;
+    int fds = proc_count_fds();
+    size_t steps = 2 * 256 * MiB + page, size = 0;
+    char *va;
+
+    CHECK(ram > 0);
+    if (ram == 0)
+        return;
+    CHECK_ERR(zcopy_mem_create(&h, big, &host, 0), ZCOPY_ERR_NOMEM,
+              "out of memory");
+    CHECK(h == sentinel);
+    CHECK(proc_count_fds() == fds);
+    CHECK(unit_maps_count("memfd:zcopy") == 0);
+    if (meminfo_bytes("MemAvailable:") < 4 * steps)
+        return; /* a small machine: not the place for the second half */
+    h = create(steps);
+    if (h == NULL)
+        return;
+    CHECK_OK(zcopy_mem_get_size(h, &size));
+    CHECK(size == steps);
+    va = reserve(steps);
+    CHECK_OK(zcopy_mem_map(va, steps, 0, h, 0));
+    unit_fill(va, page, 5);
+    unit_fill(va + steps - page, page, 6);
+    CHECK(unit_has_pattern(va, page, 5));
+    CHECK(unit_has_pattern(va + steps - page, page, 6));
+    CHECK_OK(zcopy_mem_unmap(va));
+    CHECK_OK(zcopy_mem_release(va));
+    CHECK_OK(zcopy_mem_free(h));
+}
+
 /* Huge pages exist only where the administrator set some aside: elsewhere
  * create reports it (UNSUPPORTED without hugetlbfs, NOMEM or SYSTEM with an
  * empty pool) and leaves nothing behind. */
@@ -770,6 +829,7 @@ int main(void)
     test_create_rejects();
     test_create_node0();
     test_create_sealed();
+    test_create_beyond_memory();
     test_create_huge();
     test_free();
     test_map_rejects();
