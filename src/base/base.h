@@ -148,11 +148,12 @@ int zcopy_memfd_seal_size(int fd);
 int zcopy_memfd_seal_read_only(int fd);
 
 /* Bytes of memory this process can still take: what the kernel counts as
- * available (free, and page cache it can drop) and free swap, bounded by
- * its memory cgroup's limit less its usage (v1 or v2); SIZE_MAX where
- * nothing can be read. Machine-wide: a policy that binds pages to one
- * NUMA node of several can run out there first. */
-size_t zcopy_memory_left(void);
+ * available (free, and page cache it can drop) and free swap; where
+ * @node is not -1, no more than that NUMA node's free pages and inactive
+ * page cache; and no more than any of its memory cgroups (v1 or v2, the
+ * ancestors' limits too) leaves, their inactive page cache counted as
+ * room. SIZE_MAX where nothing can be read. */
+size_t zcopy_memory_left(int node);
 
 /* A shared segment of @size bytes for peers to map: a memfd, owner-only,
  * allocated now (ENOMEM here rather than SIGBUS later), size sealed. */

@@ -77,21 +77,22 @@ zcopy_status_t zcopy_mem_host_check_node(int node)
 /* A fallocate of shared memory beyond what is free does not fail: the
  * kernel's OOM killer ends a process instead, this one or another (a
  * create of 26 GiB on a VM of 23 GiB killed the creating process). So a
- * create first asks what is left, and a large one goes in
- * steps of HOST_FALLOCATE_STEP, each only while HOST_MEMORY_RESERVE would
- * stay free after it: an allocation elsewhere in between can take at most
- * a step's worth before this one notices and stops. A create of a step or
- * less goes at once, unasked (the look costs as much as a small create).
- * Huge pages come from their own pool, whose exhaustion fallocate
- * reports (ENOSPC). Two large creates racing for the last memory may both
- * fail where one alone would fit: they fail with ZCOPY_ERR_NOMEM, and
- * nothing is killed. */
+ * create above HOST_FALLOCATE_STEP goes in steps of that size, each only
+ * while what is left (zcopy_memory_left: the machine, the NUMA node the
+ * pages are bound to, the memory cgroups) would keep HOST_MEMORY_RESERVE
+ * after the rest of the create: an allocation elsewhere in between can
+ * take at most a step's worth before this one notices and stops, and
+ * then frees what it took. Smaller creates go at once, unasked (the look
+ * costs as much as a small create), so a machine that runs out step by
+ * step in 4 MiB pool blocks still meets the killer. Huge pages come from
+ * their own pool, whose exhaustion fallocate reports (ENOSPC). Two large
+ * creates racing for the last memory may both fail where one alone would
+ * fit. */
 #define HOST_FALLOCATE_STEP ((size_t)256 << 20)
 #define HOST_MEMORY_RESERVE ((size_t)128 << 20)
 
-/* fallocate of @size bytes of @fd in steps, each while the memory left
- * keeps the reserve (see above); ENOMEM when it would not. */
-static int host_fallocate(int fd, size_t size, bool huge)
+/* ENOMEM where the rest of the create would not leave the reserve. */
+static int host_fallocate(int fd, size_t size, int node, bool huge)
 {
     size_t done = 0;
 
@@ -100,11 +101,10 @@ static int host_fallocate(int fd, size_t size, bool huge)
     while (done < size) {
         const size_t step = size - done < HOST_FALLOCATE_STEP
                                 ? size - done : HOST_FALLOCATE_STEP;
-        const size_t left = zcopy_memory_left();
+        const size_t left = zcopy_memory_left(node);
 
-        if (left != SIZE_MAX &&
-            (left < HOST_MEMORY_RESERVE ||
-             (done == 0 ? size : step) > left - HOST_MEMORY_RESERVE)) {
+        if (left != SIZE_MAX && (left < HOST_MEMORY_RESERVE ||
+                                 size - done > left - HOST_MEMORY_RESERVE)) {
             errno = ENOMEM;
             return -1;
         }
@@ -125,7 +125,7 @@ static int host_fallocate_on_node(int fd, size_t size, int node, bool huge)
     const unsigned long maxnode = sizeof(mask) * 8;
 
     if (node < 0)
-        return host_fallocate(fd, size, huge);
+        return host_fallocate(fd, size, node, huge);
     if ((unsigned long)node >= maxnode) {
         errno = EINVAL;
         return -1;
@@ -135,7 +135,7 @@ static int host_fallocate_on_node(int fd, size_t size, int node, bool huge)
     mask[node / 64] = 1ul << (node % 64);
     if (syscall(SYS_set_mempolicy, MPOL_BIND, mask, maxnode) != 0)
         return -1;
-    rc = host_fallocate(fd, size, huge);
+    rc = host_fallocate(fd, size, node, huge);
     saved = errno;
     syscall(SYS_set_mempolicy, old_mode, old_mask, maxnode);
     errno = saved;

@@ -369,15 +369,17 @@ static void test_create_beyond_memory(void)
     char *va;
 
     CHECK(ram > 0);
-    if (ram == 0)
+    /* Where nothing tells what is left, the create would meet the killer:
+     * not a test to run there. */
+    if (ram == 0 || zcopy_memory_left(-1) == SIZE_MAX)
         return;
     CHECK_ERR(zcopy_mem_create(&h, big, &host, 0), ZCOPY_ERR_NOMEM,
               "out of memory");
     CHECK(h == sentinel);
     CHECK(proc_count_fds() == fds);
     CHECK(unit_maps_count("memfd:zcopy") == 0);
-    if (meminfo_bytes("MemAvailable:") < 4 * steps)
-        return; /* a small machine: not the place for the second half */
+    if (zcopy_memory_left(-1) < 4 * steps)
+        return; /* a small machine or cgroup: not the place for it */
     h = create(steps);
     if (h == NULL)
         return;
