@@ -47,8 +47,8 @@ typedef enum {
                                      again */
     ZCOPY_COMM_IDLE               /* no rank had ever set a memory range at
                                      set-up: falls back until collective
-                                     retry_at, a barrier once some rank has
-                                     set one, or a
+                                     retry_at, a barrier that asks once
+                                     some rank has set one, or a
                                      MPIX_Comm_set_memory_range on it, then
                                      sets up (coll.c, coll_idle) */
 } zcopy_comm_state_t;
@@ -65,6 +65,8 @@ typedef struct zcopy_comm {
     uint64_t calls;               /* collectives entered, the same count on
                                      every rank */
     uint64_t retry_at;            /* RETRY, IDLE: set up again there */
+    uint64_t idle_barriers;       /* IDLE: barriers in a row, for which of
+                                     them ask (coll.c) */
     unsigned setups;              /* set-ups tried */
     bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[64];
