@@ -65,8 +65,9 @@ typedef struct zcopy_comm {
     uint64_t calls;               /* collectives entered, the same count on
                                      every rank */
     uint64_t retry_at;            /* RETRY, IDLE: set up again there */
-    uint64_t idle_barriers;       /* IDLE: barriers in a row, for which of
-                                     them ask (coll.c) */
+    uint64_t idle_barriers;       /* IDLE: barriers since the last other
+                                     collective libzcopy saw, for which
+                                     of them ask (coll.c) */
     unsigned setups;              /* set-ups tried */
     bool opted_out;               /* this rank's info key mpix_zcopy */
     char disabled_reason[64];
