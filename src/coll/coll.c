@@ -224,9 +224,8 @@ static bool coll_idle_barrier_asks(zcopy_comm_t *zc)
  * never sets a range, it made those barriers 1.45x slower than stock's
  * (osu_barrier, np 2, AMD EPYC VM, 2026-12-06: 0.68 against 0.47 us; 0.52
  * with this question). A failed exchange ends the skip, so that the
- * set-up's own
- * exchange reports it (as there, every rank is assumed to see the
- * failure). */
+ * set-up's own exchange reports it (as there, every rank is assumed to
+ * see the failure). */
 static bool coll_idle_barrier_ends_skip(zcopy_comm_t *zc)
 {
     int unused = !zcopy_registry_ever_used();
