@@ -83,12 +83,12 @@ zcopy_status_t zcopy_mem_host_check_node(int node)
  * after the rest of the create: an allocation elsewhere in between can
  * take at most a step's worth before this one notices and stops, and
  * then frees what it took. Smaller creates go at once, unasked: asking
- * reads half a dozen files (0.12 ms on the AMD EPYC VM, twice a 64 KiB
- * create), and one such create can overdraw the reserve by little; so a
- * machine that runs out step by step in 4 MiB pool blocks still meets
- * the killer. Huge pages come from their own pool, whose exhaustion
- * fallocate reports (ENOSPC). Two large creates racing for the last
- * memory may both fail where one alone would fit. */
+ * reads half a dozen files (0.1 ms on the AMD EPYC VM, 3x a 64 KiB
+ * create, 6% of a 4 MiB one), and one such create can overdraw the
+ * reserve by little; so a machine that runs out step by step in 4 MiB
+ * pool blocks still meets the killer. Huge pages come from their own
+ * pool, whose exhaustion fallocate reports (ENOSPC). Two large creates
+ * racing for the last memory may both fail where one alone would fit. */
 #define HOST_FALLOCATE_STEP ((size_t)256 << 20)
 #define HOST_MEMORY_RESERVE ((size_t)128 << 20)
 
