@@ -176,15 +176,17 @@ size_t zcopy_memory_left(int node)
         if (avail != SIZE_MAX)
             left = avail + (swap != SIZE_MAX ? swap : 0);
     }
-    snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo",
-             node);
-    if (node >= 0 && read_text(path, text, sizeof(text))) {
-        /* A node's meminfo has no MemAvailable: its free pages and the
-         * page cache it could drop first. */
-        avail = text_value(text, "MemFree:", 1024);
-        file = text_value(text, "Inactive(file):", 1024);
-        if (avail != SIZE_MAX && file != SIZE_MAX && avail + file < left)
-            left = avail + file;
+    if (node >= 0) {
+        snprintf(path, sizeof(path),
+                 "/sys/devices/system/node/node%d/meminfo", node);
+        if (read_text(path, text, sizeof(text))) {
+            /* A node's meminfo has no MemAvailable: its free pages and
+             * the page cache it could drop first. */
+            avail = text_value(text, "MemFree:", 1024);
+            file = text_value(text, "Inactive(file):", 1024);
+            if (avail != SIZE_MAX && file != SIZE_MAX && avail + file < left)
+                left = avail + file;
+        }
     }
     return cg < left ? cg : left;
 }

@@ -408,6 +408,12 @@ static void plane_count(zcopy_comm_t *zc, uint64_t msgs, uint64_t bytes)
 
 /* Leader: what group @h sends in this round (its part of the arrival, or
  * at a sync its report), and so where that lands here. */
+/* Bytes of group @h's places in an arrival: they come first in its part. */
+static size_t plane_places_bytes(const zcopy_span_t *sp, int h)
+{
+    return (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
+}
+
 static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
                           uint8_t **buf, size_t *len)
 {
@@ -424,7 +430,7 @@ static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
     /* A call that a rank of this group declined falls back on every rank:
      * its payloads would go unread. The places come first. */
     if (h == g && (sp->sync_out & PLANE_DECLINED))
-        *len = (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
+        *len = plane_places_bytes(sp, h);
 }
 
 /* Leader: the pieces of group @from's part of an arrival that group
@@ -447,7 +453,7 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
         return 0;
     iov[n++] = (zcopy_ucx_iov_t){
         .buf = sp->area + zcopy_span_group_base(sp, from),
-        .len = (size_t)senders * ZCOPY_SPAN_DESC_STRIDE };
+        .len = plane_places_bytes(sp, from) };
     for (int i = 0; i < senders; i++) {
         const int s = zcopy_span_member(sp, from, i);
         uint8_t *payload = (uint8_t *)zcopy_span_payload_at(sp, s);
@@ -525,7 +531,7 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
                                           comp)) == ZCOPY_SUCCESS;
     }
     plane_buffers(sp, arrival, me, &buf, &whole);
-    places = (size_t)zcopy_span_group_size(sp, me) * ZCOPY_SPAN_DESC_STRIDE;
+    places = plane_places_bytes(sp, me);
     for (int h = 0; h < sp->ngroups; h++) {
         const bool places_only = arrival && plane_places_only(sp, h);
         bool sent;

@@ -257,10 +257,11 @@ uint32_t zcopy_span_plane_new_id(void);
  * the groups of @pl->reader and of the sender). Except where the arrival
  * is settled inside this rank's group (sp->settled): a rank of the group
  * declined, so the call falls back whatever the other groups say, and
- * only this group's places are sure to be there. @src_stays: nothing writes @src until the
- * call ends, and the call's delivery never writes where it reads this
- * rank's payload; then a rank alone in its group sends its payload
- * straight from @src instead of copying it into the area first. */
+ * only this group's places are sure to be there. @src_stays: nothing
+ * writes @src until the call ends, and the call's delivery never writes
+ * where it reads this rank's payload; then a rank alone in its group
+ * sends its payload straight from @src instead of copying it into the
+ * area first. */
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
                                  const zcopy_span_desc_t *mine,
                                  const zcopy_span_payload_t *pl,
