@@ -760,14 +760,25 @@ static void run_release(void)
         zt_arena_fini(&arena);
         MPI_Send(&token, 1, MPI_INT, 0, 11, MPI_COMM_WORLD);
     } else if (rank == 0) {
+        /* The token is there before its receive is posted, so that the
+         * receive may complete without a turn of Open MPI's progress loop
+         * (under pml ucx it does). */
+        nanosleep(&(struct timespec){ 0, 200 * 1000000L }, NULL);
         MPI_Recv(&token, 1, MPI_INT, 1, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        /* Only nonblocking collectives from here on, for up to 10 s. */
+        /* Only nonblocking calls from here on, for up to 10 s. The probe
+         * finds nothing, so it polls Open MPI's progress loop, under
+         * either PML. An MPI_Ibarrier on MPI_COMM_SELF alone may not: its
+         * request can be complete when MPI_Test sees it, and a test of a
+         * complete request enters no loop (under pml ucx, rank 1's block
+         * stayed mapped for the 10 s in every run). */
         start = MPI_Wtime();
         do {
-            int done = 0;
+            int done = 0, found;
             MPI_Ibarrier(MPI_COMM_SELF, &req);
             while (!done)
                 MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found,
+                       MPI_STATUS_IGNORE);
             after = proc_count_maps(DEVICE_MEMORY);
         } while (after >= before && MPI_Wtime() - start < 10);
         ZT_CHECK(after == before - 1, "rank 1's freed block still mapped "

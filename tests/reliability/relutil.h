@@ -102,13 +102,28 @@ static inline bool rel_in_shared_dir(const char *path)
            strncmp(path, "/tmp/", 5) == 0 || strncmp(path, "/run/", 5) == 0;
 }
 
+/* Whether Open MPI's point-to-point layer is UCX's (pml ucx, the default
+ * where UCX finds InfiniBand or RoCE): Open MPI unloads the PML components
+ * it did not select, so the library stays mapped only then. Its UCX
+ * context then keeps segments of UCX's shared-memory transport in
+ * /dev/shm (ucx_shm_posix_<id>, unlinked), its own and, once connected,
+ * its peers'. zcopy's own UCX context, whose segments are named alike,
+ * starts only for a communicator that spans servers (or under
+ * coll_zcopy_transport ucx), which the tests that ask never make. */
+static inline bool rel_pml_is_ucx(void)
+{
+    return proc_count_maps("/mca_pml_ucx.so") > 0;
+}
+
 /* Open MPI's own shared files: shared-memory BTL segments, its unlinked
- * scratch file (/dev/shm/open_mpi.NNNN) and the session directory (PMIx's
- * files are inside it). Not zcopy's to judge. */
+ * scratch file (/dev/shm/open_mpi.NNNN), the session directory (PMIx's
+ * files are inside it) and, under pml ucx, UCX's segments. Not zcopy's to
+ * judge. */
 static inline bool rel_open_mpi_file(const char *path)
 {
     return strstr(path, "/vader_segment.") || strstr(path, "/open_mpi.") ||
-           strstr(path, "/ompi.") || strstr(path, "pmix");
+           strstr(path, "/ompi.") || strstr(path, "pmix") ||
+           (strstr(path, "/ucx_shm_posix_") && rel_pml_is_ucx());
 }
 
 /* The job's identity as Open MPI names its files (vader_segment.<host>.
