@@ -1,9 +1,14 @@
-# Under Open MPI's UCX PML, the default wherever UCX finds InfiniBand or
-# RoCE (here forced onto shared memory and tcp): the point-to-point engine
-# that the spanning path's large reads and pushed blocks travel through
-# (coll_zcopy_host.c) is then pml ucx, whose blocking calls poll UCX
-# themselves rather than Open MPI's progress loop, and whose UCX context
-# keeps shared files of its own. The tests that lean on either, again.
+# Under Open MPI's UCX PML, the default where UCX finds the devices Open
+# MPI asks it for (InfiniBand, RoCE), forced here onto shared memory and
+# tcp: the point-to-point engine that the spanning path's large reads and
+# pushed blocks travel through (coll_zcopy_host.c) is then pml ucx, whose
+# blocking calls and probes poll UCX's worker and turn Open MPI's progress
+# loop only every so many polls, and whose UCX context keeps shared files
+# of its own. The tests that lean on either, again; only where Open MPI
+# has the component.
+if(NOT EXISTS "${ZCOPY_OMPI_COMPONENT_DIR}/mca_pml_ucx.so")
+  return()
+endif()
 set(ZCOPY_PML_UCX pml=ucx pml_ucx_tls=any pml_ucx_devices=any)
 zcopy_add_mpi_test(NAME mpi.pml_ucx.collectives.activated.np2
                    TARGET test_collectives NP 2 ARGS activated

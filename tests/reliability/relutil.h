@@ -103,13 +103,16 @@ static inline bool rel_in_shared_dir(const char *path)
 }
 
 /* Whether Open MPI's point-to-point layer is UCX's (pml ucx, the default
- * where UCX finds InfiniBand or RoCE): Open MPI unloads the PML components
- * it did not select, so the library stays mapped only then. Its UCX
- * context then keeps segments of UCX's shared-memory transport in
- * /dev/shm (ucx_shm_posix_<id>, unlinked), its own and, once connected,
- * its peers'. zcopy's own UCX context, whose segments are named alike,
- * starts only for a communicator that spans servers (or under
- * coll_zcopy_transport ucx), which the tests that ask never make. */
+ * where UCX finds the devices Open MPI asks it for: InfiniBand, RoCE):
+ * Open MPI closes the PML components it did not select, so the library
+ * stays mapped only then (a build without dlopen would say no, and the
+ * tests below fail rather than pass wrongly). Its UCX context keeps
+ * unlinked segments of UCX's shared-memory transport in /dev/shm
+ * (ucx_shm_posix_<id>), its own and, once connected, its peers'. zcopy's
+ * own UCX context, whose segments are named alike, starts only for a
+ * communicator that spans servers (or under coll_zcopy_transport ucx),
+ * which test_security and test_no_teardown never make; under ob1 they
+ * still find any such segment. */
 static inline bool rel_pml_is_ucx(void)
 {
     return proc_count_maps("/mca_pml_ucx.so") > 0;
@@ -117,13 +120,14 @@ static inline bool rel_pml_is_ucx(void)
 
 /* Open MPI's own shared files: shared-memory BTL segments, its unlinked
  * scratch file (/dev/shm/open_mpi.NNNN), the session directory (PMIx's
- * files are inside it) and, under pml ucx, UCX's segments. Not zcopy's to
- * judge. */
+ * files are inside it) and, under pml ucx, UCX's unlinked segments. Not
+ * zcopy's to judge. */
 static inline bool rel_open_mpi_file(const char *path)
 {
     return strstr(path, "/vader_segment.") || strstr(path, "/open_mpi.") ||
            strstr(path, "/ompi.") || strstr(path, "pmix") ||
-           (strstr(path, "/ucx_shm_posix_") && rel_pml_is_ucx());
+           (strstr(path, "/ucx_shm_posix_") && strstr(path, " (deleted)") &&
+            rel_pml_is_ucx());
 }
 
 /* The job's identity as Open MPI names its files (vader_segment.<host>.
