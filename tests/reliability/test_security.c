@@ -84,11 +84,12 @@ static void shared_state_is_private(void)
             sscanf(line, "%lx-%lx", &lo, &hi) != 2)
             continue;
         mappings++;
-        /* map_files: the mapped file itself (root may open it). Only a
-         * process with CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE may follow
-         * those links, even its own: run as an ordinary user, the test
-         * checks the modes of the descriptors alone, and no outsider of
-         * that user can follow the links either. */
+        /* map_files: the mapped file itself, which a process with
+         * CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE may open. Only such a
+         * process may follow those links, even its own: run as an
+         * ordinary user, the test checks the modes of the descriptors
+         * alone, and no outsider of that user can follow the links
+         * either. */
         snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
         if (geteuid() != 0 && stat(path, &st) != 0 && errno == EPERM)
             continue;
