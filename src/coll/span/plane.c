@@ -406,14 +406,14 @@ static void plane_count(zcopy_comm_t *zc, uint64_t msgs, uint64_t bytes)
     zc->stats.ctl_bytes += bytes;
 }
 
-/* Leader: what group @h sends in this round (its part of the arrival, or
- * at a sync its report), and so where that lands here. */
 /* Bytes of group @h's places in an arrival: they come first in its part. */
 static size_t plane_places_bytes(const zcopy_span_t *sp, int h)
 {
     return (size_t)zcopy_span_group_size(sp, h) * ZCOPY_SPAN_DESC_STRIDE;
 }
 
+/* Leader: what group @h sends in this round (its part of the arrival, or
+ * at a sync its report), and so where that lands here. */
 static void plane_buffers(zcopy_span_t *sp, bool arrival, int h,
                           uint8_t **buf, size_t *len)
 {
