@@ -427,6 +427,39 @@ handoff_summary() {
         }' "$out/handoff.tsv"
 }
 
+# A line naming the rows where a peer runs another component's algorithm:
+# Open MPI 4.1's sm, han and adapt define only some collectives (the
+# functions their modules set; nm -D lists sm's and han's), and a
+# collective a module leaves out goes to the next component by priority,
+# tuned by default.
+# The best of two peers' medians in such a row is then partly the spread
+# of one algorithm's jobs.
+borrowed_summary() {
+    local p c own line='' missing cl
+    IFS=, read -r -a cl <<<"$colls"
+    for p in "${peer_list[@]}"; do
+        case $p in
+            sm) own=' allreduce barrier bcast reduce ' ;;
+            han) own=' allgather allreduce barrier bcast gather reduce scatter ' ;;
+            adapt) own=' bcast reduce ' ;;
+            *) continue ;;
+        esac
+        missing=''
+        for c in "${cl[@]}"; do
+            [[ $c == memcpy || $own == *" $c "* ]] ||
+                missing+="${missing:+, }$c"
+        done
+        if [[ -n $missing ]]; then
+            line+="${line:+; }$p in $missing"
+        fi
+    done
+    [[ -n $line ]] || return 0
+    echo "Rows where a peer has no algorithm of its own (Open MPI 4.1), so" \
+         "that its column is the next component's (tuned's by default):" \
+         "$line."
+    echo
+}
+
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
 where="np $nps"
 [[ -n $cluster ]] && where="an emulated cluster of $cluster (servers x ranks or ranks per server, tests/cluster/: tcp between servers on one machine), np $nps"
@@ -461,6 +494,7 @@ esac
     echo
     table 1
     echo
+    borrowed_summary
     handoff_summary
     echo "Aggregate memcpy bandwidth, every rank copying at once:"
     echo
@@ -471,6 +505,8 @@ esac
 
 echo
 table 0
+echo
+borrowed_summary
 
 # ---------------------------------------------------------------------------
 # Charts: busbw against size, one per collective, one line per mode and np.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # bench/compare.sh end to end, in seconds: a barrier and a 64-byte
 # allreduce against one peer, whose summary must name the zero-copy path;
+# an alltoall against sm, which has none of its own, whose summary must
+# say so;
 # a second comparison into the same directory, which must be refused (its
 # summary would have counted the first one's runs); and bench/ab.sh.
 #   test_compare.sh SOURCE_DIR BUILD_DIR
@@ -35,6 +37,22 @@ fi
 if [[ $(grep -Ec '^\| 2 \| [a-z]' "$out/cmp/summary.md") != 2 ]]; then
     cat "$out/cmp/summary.md"
     echo "test_compare: FAIL: the summary has rows of collectives not run" >&2
+    exit 1
+fi
+# Peers' rows of other components: none against tuned; sm has no
+# alltoall, so its alltoall row is named.
+if grep -q '^Rows where a peer has no algorithm' "$out/cmp/summary.md"; then
+    cat "$out/cmp/summary.md"
+    echo "test_compare: FAIL: tuned's rows said to be another component's" >&2
+    exit 1
+fi
+if ! "$src/bench/compare.sh" --build "$build" -c alltoall,bcast -b 64 -e 64 \
+        --reps 1 -n 5 --peers sm --no-plot --out "$out/cmp_sm" \
+        >"$out/sm.txt" 2>&1 ||
+    ! grep -q '^Rows where .*: sm in alltoall\.$' "$out/cmp_sm/summary.md"; then
+    cat "$out/sm.txt" "$out/cmp_sm/summary.md"
+    echo "test_compare: FAIL: sm's alltoall row not named as another" \
+         "component's" >&2
     exit 1
 fi
 run >"$out/second.txt" 2>&1
