@@ -2,7 +2,7 @@
 # bench/compare.sh end to end, in seconds: a barrier and a 64-byte
 # allreduce against one peer, whose summary must name the zero-copy path;
 # an alltoall against sm, which has none of its own, whose summary must
-# say so;
+# say so; bench/pin_servers.sh's CPUs;
 # a second comparison into the same directory, which must be refused (its
 # summary would have counted the first one's runs); and bench/ab.sh.
 #   test_compare.sh SOURCE_DIR BUILD_DIR
@@ -60,6 +60,19 @@ rc=$?
 if [[ $rc != 2 ]] || ! grep -q "already holds the runs" "$out/second.txt"; then
     cat "$out/second.txt"
     echo "test_compare: FAIL: a reused --out gave exit $rc, expected 2 and a refusal" >&2
+    exit 1
+fi
+# bench/pin_servers.sh: the two ranks of each of 2 virtual servers on one
+# CPU, and the two servers on different ones where there are two.
+pins=$(mpirun --bind-to none -np 4 "$src/bench/pin_servers.sh" 2 \
+    sh -c 'echo "$OMPI_COMM_WORLD_RANK $(taskset -cp $$ | sed "s/.*: *//")"' |
+    sort -n | awk '{ printf "%s%s", sep, $2; sep = " " }')
+read -r -a pin <<<"$pins"
+if ((${#pin[@]} != 4)) || [[ ${pin[0]} != "${pin[1]}" ||
+                            ${pin[2]} != "${pin[3]}" ]] ||
+    { (($(nproc) > 1)) && [[ ${pin[0]} == "${pin[2]}" ]]; }; then
+    echo "test_compare: FAIL: pin_servers.sh put ranks 0-3 on CPUs '$pins'," \
+         "expected one CPU per pair and, with two CPUs, two" >&2
     exit 1
 fi
 # bench/ab.sh, one build against itself: a row per collective.
