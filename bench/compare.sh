@@ -431,19 +431,25 @@ handoff_summary() {
 # Open MPI 4.1's sm, han and adapt define only some collectives (the
 # functions their modules set; nm -D lists sm's and han's), and a
 # collective a module leaves out goes to the next component by priority,
-# tuned by default.
-# The best of two peers' medians in such a row is then partly the spread
-# of one algorithm's jobs.
+# tuned under these modes. Their comm_query also turns whole communicators
+# away (coll_base_verbose 30 says so): han one whose ranks are all on one
+# host, sm one that spans hosts. The best of two peers' medians in such a
+# row is then partly the spread of one algorithm's jobs.
 borrowed_summary() {
     local p c own line='' missing cl
+    [[ $ompi_version == *' 4.1.'* ]] || return 0
     IFS=, read -r -a cl <<<"$colls"
     for p in "${peer_list[@]}"; do
         case $p in
             sm) own=' allreduce barrier bcast reduce ' ;;
-            han) own=' allgather allreduce barrier bcast gather reduce scatter ' ;;
+            han) own=' allgather allreduce barrier bcast gather reduce'
+                 own+=' scatter ' ;;
             adapt) own=' bcast reduce ' ;;
             *) continue ;;
         esac
+        if [[ $p == sm && -n $cluster ]] || [[ $p == han && -z $cluster ]]; then
+            own=' '
+        fi
         missing=''
         for c in "${cl[@]}"; do
             [[ $c == memcpy || $own == *" $c "* ]] ||
@@ -454,10 +460,9 @@ borrowed_summary() {
         fi
     done
     [[ -n $line ]] || return 0
-    echo "Rows where a peer has no algorithm of its own (Open MPI 4.1), so" \
-         "that its column is the next component's (tuned's by default):" \
+    echo "Rows where a peer runs no algorithm of its own (Open MPI 4.1)," \
+         "so that its column is the next component's (tuned's):" \
          "$line."
-    echo
 }
 
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
@@ -494,7 +499,8 @@ esac
     echo
     table 1
     echo
-    borrowed_summary
+    borrowed=$(borrowed_summary)
+    [[ -z $borrowed ]] || printf '%s\n\n' "$borrowed"
     handoff_summary
     echo "Aggregate memcpy bandwidth, every rank copying at once:"
     echo
@@ -505,8 +511,7 @@ esac
 
 echo
 table 0
-echo
-borrowed_summary
+[[ -z $borrowed ]] || printf '\n%s\n' "$borrowed"
 
 # ---------------------------------------------------------------------------
 # Charts: busbw against size, one per collective, one line per mode and np.

@@ -1,38 +1,51 @@
 #!/usr/bin/env bash
-# pin_servers.sh: runs a command pinned to the CPU of its rank's virtual
-# server, so that each of coll_zcopy_virtual_servers' servers has a core
-# of its own, as real servers do (and as tests/cluster/ gives each of its
-# servers). Unpinned, the kernel decides per job which ranks share a core,
-# and on two cores every small collective between two virtual servers of
-# two ranks ran at one of three speeds by that placement alone
+# pin_servers.sh: runs a command pinned to its virtual server's share of
+# the CPUs, so that each of coll_zcopy_virtual_servers' servers has cores
+# of its own, as real servers have and as tests/cluster/ gives each of
+# its servers. Unpinned, the kernel decides per job which ranks share a
+# core, and on two cores allreduce and bcast of up to 32 KiB between two
+# virtual servers of two ranks ran at the speed of that placement
 # (docs/performance.md, "Performance between servers").
 #
 #   mpirun -np 4 --bind-to none bench/pin_servers.sh 2 zcopy_bench ...
-#   bench/compare.sh --np 4 --mpirun-args "--bind-to none --mca coll_zcopy_virtual_servers 2" \
-#       --wrap "bench/pin_servers.sh 2" ...
+#   bench/compare.sh --np 4 --wrap "bench/pin_servers.sh 2" \
+#       --mpirun-args "--bind-to none --mca coll_zcopy_virtual_servers 2" ...
 #
-# SERVERS: the number of virtual servers, as coll_zcopy_virtual_servers
-# cuts the ranks (consecutive blocks of ceil(ranks / SERVERS)); server s
-# takes the s-th CPU this process may run on, modulo their number. Needs
-# Open MPI's OMPI_COMM_WORLD_RANK and _SIZE, and taskset (util-linux).
+# SERVERS: the number of virtual servers, cut as the component cuts a
+# host's ranks (consecutive blocks of ceil(local ranks / SERVERS) by local
+# rank); server s takes the s-th even share of the CPUs the process may
+# use. With fewer CPUs than servers nobody is pinned, as in tests/cluster/
+# (two servers on one CPU would each run only while the other sleeps).
+# Needs Open MPI's OMPI_COMM_WORLD_LOCAL_RANK and _LOCAL_SIZE, and taskset.
 set -euo pipefail
 
 (($# >= 2)) && [[ $1 =~ ^[1-9][0-9]*$ ]] ||
-    { sed -n 2,17p "$0" >&2; exit 2; }
+    { sed -n 2,19p "$0" >&2; exit 2; }
 servers=$1
 shift
-rank=${OMPI_COMM_WORLD_RANK:?not started by Open MPI\'s mpirun}
-size=${OMPI_COMM_WORLD_SIZE:?not started by Open MPI\'s mpirun}
+command -v taskset >/dev/null ||
+    { echo "pin_servers.sh: needs taskset (util-linux)" >&2; exit 2; }
+rank=${OMPI_COMM_WORLD_LOCAL_RANK:-} size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
+[[ -n $rank && -n $size ]] ||
+    { echo "pin_servers.sh: not started by Open MPI's mpirun" >&2; exit 2; }
 per=$(((size + servers - 1) / servers))
 
-# The CPUs this process may use, one per line, from a list such as 0-3,6.
+# The CPUs this process may use, from /proc (taskset's own message is
+# translated in some locales): a list such as 0-3,6.
 cpus=()
-IFS=, read -r -a ranges <<<"$(taskset -cp $$ | sed 's/.*: *//')"
+IFS=, read -r -a ranges <<<"$(awk '/^Cpus_allowed_list:/ { print $2 }' \
+                                  /proc/self/status)"
 for r in "${ranges[@]}"; do
-    if [[ $r == *-* ]]; then
-        for ((c = ${r%-*}; c <= ${r#*-}; c++)); do cpus+=("$c"); done
-    else
-        cpus+=("$r")
-    fi
+    for ((c = ${r%-*}; c <= ${r#*-}; c++)); do cpus+=("$c"); done
 done
-exec taskset -c "${cpus[$((rank / per % ${#cpus[@]}))]}" "$@"
+n=${#cpus[@]}
+if ((n < servers)); then
+    echo "pin_servers.sh: $n CPU(s) for $servers servers, not pinned" \
+         "(does Open MPI bind? --bind-to none)" >&2
+    exec "$@"
+fi
+s=$((rank / per)) each=$((n / servers)) extra=$((n % servers))
+first=$((s * each + (s < extra ? s : extra)))
+count=$((each + (s < extra ? 1 : 0)))
+list=$(IFS=,; echo "${cpus[*]:first:count}")
+exec taskset -c "$list" "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/compare.sh end to end, in seconds: a barrier and a 64-byte
 # allreduce against one peer, whose summary must name the zero-copy path;
-# an alltoall against sm, which has none of its own, whose summary must
-# say so; bench/pin_servers.sh's CPUs;
+# an alltoall and a bcast against sm and han, whose summary must name the
+# rows they run no algorithm of their own in; bench/pin_servers.sh;
 # a second comparison into the same directory, which must be refused (its
 # summary would have counted the first one's runs); and bench/ab.sh.
 #   test_compare.sh SOURCE_DIR BUILD_DIR
@@ -40,19 +40,20 @@ if [[ $(grep -Ec '^\| 2 \| [a-z]' "$out/cmp/summary.md") != 2 ]]; then
     exit 1
 fi
 # Peers' rows of other components: none against tuned; sm has no
-# alltoall, so its alltoall row is named.
-if grep -q '^Rows where a peer has no algorithm' "$out/cmp/summary.md"; then
+# alltoall, and han runs none of its own on one host.
+if grep -q '^Rows where a peer runs no algorithm' "$out/cmp/summary.md"; then
     cat "$out/cmp/summary.md"
     echo "test_compare: FAIL: tuned's rows said to be another component's" >&2
     exit 1
 fi
 if ! "$src/bench/compare.sh" --build "$build" -c alltoall,bcast -b 64 -e 64 \
-        --reps 1 -n 5 --peers sm --no-plot --out "$out/cmp_sm" \
+        --reps 1 -n 5 --peers sm,han --no-plot --out "$out/cmp_sm" \
         >"$out/sm.txt" 2>&1 ||
-    ! grep -q '^Rows where .*: sm in alltoall\.$' "$out/cmp_sm/summary.md"; then
+    ! grep -q '^Rows where .*: sm in alltoall; han in alltoall, bcast\.$' \
+        "$out/cmp_sm/summary.md"; then
     cat "$out/sm.txt" "$out/cmp_sm/summary.md"
-    echo "test_compare: FAIL: sm's alltoall row not named as another" \
-         "component's" >&2
+    echo "test_compare: FAIL: sm's alltoall and han's rows not named as" \
+         "another component's" >&2
     exit 1
 fi
 run >"$out/second.txt" 2>&1
@@ -62,17 +63,33 @@ if [[ $rc != 2 ]] || ! grep -q "already holds the runs" "$out/second.txt"; then
     echo "test_compare: FAIL: a reused --out gave exit $rc, expected 2 and a refusal" >&2
     exit 1
 fi
-# bench/pin_servers.sh: the two ranks of each of 2 virtual servers on one
-# CPU, and the two servers on different ones where there are two.
-pins=$(mpirun --bind-to none -np 4 "$src/bench/pin_servers.sh" 2 \
-    sh -c 'echo "$OMPI_COMM_WORLD_RANK $(taskset -cp $$ | sed "s/.*: *//")"' |
+# bench/pin_servers.sh: the two ranks of each of 2 virtual servers on the
+# same CPUs, and the two servers on different ones where there are two;
+# a usage error or a start without mpirun refused with 2.
+pins=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
+    "$src/bench/pin_servers.sh" 2 sh -c 'echo "$OMPI_COMM_WORLD_RANK $(awk \
+        "/^Cpus_allowed_list:/ { print \$2 }" /proc/self/status)"' |
     sort -n | awk '{ printf "%s%s", sep, $2; sep = " " }')
 read -r -a pin <<<"$pins"
 if ((${#pin[@]} != 4)) || [[ ${pin[0]} != "${pin[1]}" ||
                             ${pin[2]} != "${pin[3]}" ]] ||
     { (($(nproc) > 1)) && [[ ${pin[0]} == "${pin[2]}" ]]; }; then
     echo "test_compare: FAIL: pin_servers.sh put ranks 0-3 on CPUs '$pins'," \
-         "expected one CPU per pair and, with two CPUs, two" >&2
+         "expected the same per pair and, with two CPUs or more, other" \
+         "ones for the second pair" >&2
+    exit 1
+fi
+for bad in "0 true" "2"; do
+    "$src/bench/pin_servers.sh" $bad >/dev/null 2>&1
+    rc=$?
+    if [[ $rc != 2 ]]; then
+        echo "test_compare: FAIL: pin_servers.sh $bad gave exit $rc, expected 2" >&2
+        exit 1
+    fi
+done
+if env -u OMPI_COMM_WORLD_LOCAL_RANK "$src/bench/pin_servers.sh" 2 true \
+        2>/dev/null; then
+    echo "test_compare: FAIL: pin_servers.sh ran outside mpirun" >&2
     exit 1
 fi
 # bench/ab.sh, one build against itself: a row per collective.
