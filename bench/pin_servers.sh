@@ -30,22 +30,11 @@ rank=${OMPI_COMM_WORLD_LOCAL_RANK:-} size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
     { echo "pin_servers.sh: not started by Open MPI's mpirun" >&2; exit 2; }
 per=$(((size + servers - 1) / servers))
 
-# The CPUs this process may use, from /proc (taskset's own message is
-# translated in some locales): a list such as 0-3,6.
-cpus=()
-IFS=, read -r -a ranges <<<"$(awk '/^Cpus_allowed_list:/ { print $2 }' \
-                                  /proc/self/status)"
-for r in "${ranges[@]}"; do
-    for ((c = ${r%-*}; c <= ${r#*-}; c++)); do cpus+=("$c"); done
-done
-n=${#cpus[@]}
-if ((n < servers)); then
-    echo "pin_servers.sh: $n CPU(s) for $servers servers, not pinned" \
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cpu_share.sh"
+list=$(cpu_share $((rank / per)) "$servers")
+if [[ -z $list ]]; then
+    echo "pin_servers.sh: fewer CPUs than $servers servers, not pinned" \
          "(does Open MPI bind? --bind-to none)" >&2
     exec "$@"
 fi
-s=$((rank / per)) each=$((n / servers)) extra=$((n % servers))
-first=$((s * each + (s < extra ? s : extra)))
-count=$((each + (s < extra ? 1 : 0)))
-list=$(IFS=,; echo "${cpus[*]:first:count}")
 exec taskset -c "$list" "$@"

@@ -87,9 +87,12 @@ for bad in "0 true" "2"; do
         exit 1
     fi
 done
-if env -u OMPI_COMM_WORLD_LOCAL_RANK "$src/bench/pin_servers.sh" 2 true \
-        2>/dev/null; then
-    echo "test_compare: FAIL: pin_servers.sh ran outside mpirun" >&2
+env -u OMPI_COMM_WORLD_LOCAL_RANK "$src/bench/pin_servers.sh" 2 true \
+    2>/dev/null
+rc=$?
+if [[ $rc != 2 ]]; then
+    echo "test_compare: FAIL: pin_servers.sh outside mpirun gave exit $rc," \
+         "expected 2" >&2
     exit 1
 fi
 # bench/ab.sh, one build against itself: a row per collective.

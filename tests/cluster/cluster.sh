@@ -68,31 +68,8 @@ parse_layout() {
         die "layout '$l': 2 to 16 servers"
 }
 
-# cpus_of I NSERVERS: the CPUs of server I as a taskset list, or "" when
-# there are more servers than CPUs (then nobody is pinned: two servers on
-# one CPU would each run only when the other sleeps, a scheduler tick per
-# wait). The CPUs are those this script may use, split into even shares.
-cpus_of() {
-    local i=$1 n=$2 cpus per extra first count
-    mapfile -t cpus < <(allowed_cpus)
-    ((${#cpus[@]} >= n)) || { echo ""; return; }
-    per=$((${#cpus[@]} / n)) extra=$((${#cpus[@]} % n))
-    first=$((i * per + (i < extra ? i : extra)))
-    count=$((per + (i < extra ? 1 : 0)))
-    local IFS=,
-    echo "${cpus[*]:first:count}"
-}
-
-allowed_cpus() {
-    local list part a b
-    local -a parts
-    list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
-    IFS=, read -r -a parts <<<"$list"
-    for part in "${parts[@]}"; do
-        a=${part%-*} b=${part#*-}
-        seq "$a" "$b"
-    done
-}
+# The CPUs of each server: cpu_share, shared with bench/pin_servers.sh.
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../../bench/cpu_share.sh"
 
 # --- state ------------------------------------------------------------------
 
@@ -233,7 +210,7 @@ up_locked() {
         nsenter -t "$hub" -n ip link set p$i master br0 up
         nsenter -t "$spid" -n ip addr add "$SUBNET.$((i + 1))/24" dev eth0
         nsenter -t "$spid" -n ip link set eth0 up
-        cpus=$(cpus_of "$i" "$n")
+        cpus=$(cpu_share "$i" "$n")
         echo "$cpus" >"$d/s$i.cpus"
     done
     write_agent "$d"
