@@ -465,6 +465,38 @@ borrowed_summary() {
          "$line."
 }
 
+# With alltoall and alltoall_between rows at the same np and size: the
+# best peer's alltoall over the best peer's alltoall_between (the same
+# call with the blocks inside each host left out). An alltoall whose
+# blocks between hosts move through the point-to-point engine takes at
+# least the second, so no such alltoall, zcopy's pushes included, can be
+# faster than the best peer by more than this ratio (bench/README.md).
+between_summary() {
+    awk -F'\t' -v np_="${#peer_list[@]}" '
+        function human(b,   u, i) {
+            split("K M G T", u, " ")
+            for (i = 0; b >= 1024 && b % 1024 == 0 && i < 4; i++) b /= 1024
+            return i ? b u[i] : b
+        }
+        $2 == "alltoall" { full[$1 SUBSEP $3] = $(4 + np_ + 2) }
+        $2 == "alltoall_between" { part[$1 SUBSEP $3] = $(4 + np_ + 2)
+                                   order[++n] = $1 SUBSEP $3 }
+        END {
+            for (i = 1; i <= n; i++) {
+                k = order[i]
+                if (!(k in full) || part[k] <= 0) continue
+                split(k, f, SUBSEP)
+                line = line (line == "" ? "" : ", ") "np " f[1] " " human(f[2]) \
+                       " " sprintf("%.2fx", full[k] / part[k])
+            }
+            if (line != "")
+                print "Most an alltoall can gain over the best peer while " \
+                      "its blocks between hosts move through the " \
+                      "point-to-point engine, about the best peer'"'"'s alltoall time " \
+                      "over the best peer'"'"'s alltoall_between time: " line "."
+        }' "$out/summary.tsv"
+}
+
 ompi_version=$(mpirun --version 2>/dev/null | head -n 1 || true)
 where="np $nps"
 [[ -n $cluster ]] && where="an emulated cluster of $cluster (servers x ranks or ranks per server, tests/cluster/: tcp between servers on one machine), np $nps"
@@ -501,6 +533,8 @@ esac
     echo
     borrowed=$(borrowed_summary)
     [[ -z $borrowed ]] || printf '%s\n\n' "$borrowed"
+    between=$(between_summary)
+    [[ -z $between ]] || printf '%s\n\n' "$between"
     handoff_summary
     echo "Aggregate memcpy bandwidth, every rank copying at once:"
     echo
@@ -512,6 +546,7 @@ esac
 echo
 table 0
 [[ -z $borrowed ]] || printf '\n%s\n' "$borrowed"
+[[ -z $between ]] || printf '\n%s\n' "$between"
 
 # ---------------------------------------------------------------------------
 # Charts: busbw against size, one per collective, one line per mode and np.

@@ -18,6 +18,12 @@ zcopy_add_mpi_test(NAME bench.check.malloc.np2 TARGET zcopy_bench NP 2
   ARGS -c all,memcpy --check -b 8 -e 16K -f 8 -n 3 -w 1 -t int8 -o prod
        --buffers malloc --no-progress LABELS bench)
 
+# alltoall_between on one host: every block is between ranks of this host,
+# so the call moves nothing and every output block must keep its poison.
+zcopy_add_mpi_test(NAME bench.check.between.np3 TARGET zcopy_bench NP 3
+  ARGS -c alltoall_between --check --vary -b 8 -e 64K -f 8 -n 3 -w 1
+       --no-progress LABELS bench)
+
 # Calls back to back, each followed by MPI_Barrier (--timing osu) instead
 # of the bench's own barrier before it: every call starts as the ranks
 # leave the previous barrier, at their own times.

@@ -19,6 +19,9 @@
  *   scatter                    size = the root's send buffer; every rank
  *                              receives size / n
  *   memcpy                     size = bytes each rank copies, all at once
+ *   alltoall_between           an alltoall of that size whose blocks inside a
+ *                              host are empty (MPI_Alltoallv): under a stock
+ *                              component, what moving the rest costs
  * Sizes are rounded down to whole elements (and whole per-rank blocks); a
  * size that holds no element per rank is skipped.
  *
@@ -246,6 +249,8 @@ typedef struct run {
     uint64_t sum_range; /* OP_SUM inputs lie in [0, sum_range) */
     char *send, *recv;
     MPI_Comm comm;      /* the measured communicator */
+    const bool *same_host; /* per rank of comm: shares this rank's host */
+    int *counts, *displs;  /* alltoall_between's, per rank of comm */
     int iter;           /* for error messages */
     unsigned long reported; /* mismatches this rank has printed */
 } run_t;
@@ -513,6 +518,51 @@ static size_t alltoall_verify(run_t *r, unsigned seed)
     return bad;
 }
 
+/* alltoall_between: the alltoall above with every block between two ranks
+ * of one host left out (count 0), so that only blocks between hosts move.
+ * Under a stock component it tells how much of an alltoall's time those
+ * blocks take through the point-to-point engine: no alltoall that moves
+ * them that way can be faster than this row, whatever it does inside a
+ * host. The counts are written with the inputs, outside the timed call. */
+static size_t between_inputs(run_t *r, io_t io, unsigned seed)
+{
+    for (int q = 0; q < r->nranks && io == IO_WRITE; q++) {
+        r->counts[q] = r->same_host[q] ? 0 : r->mcount;
+        r->displs[q] = q * r->mcount; /* fits: layout() checked */
+    }
+    return alltoall_inputs(r, io, seed);
+}
+static int between_execute(run_t *r)
+{
+    return MPI_Alltoallv(r->send, r->counts, r->displs, r->dt, r->recv,
+                         r->counts, r->displs, r->dt, r->comm);
+}
+/* Blocks from other hosts as alltoall's; those from this host must still
+ * hold the poison (the call had nothing to write there). */
+static size_t between_verify(run_t *r, unsigned seed)
+{
+    size_t bad = 0, len = r->block * r->tsize;
+
+    for (int q = 0; q < r->nranks; q++) {
+        const unsigned char *b = (const unsigned char *)slot(r, r->recv, q);
+        size_t written = 0;
+
+        if (!r->same_host[q]) {
+            bad += io_pattern(r, IO_CHECK, slot(r, r->recv, q), r->block,
+                              seed, q, r->block * (size_t)r->rank);
+            continue;
+        }
+        for (size_t i = 0; i < len; i++)
+            written += b[i] != 0xff;
+        if (written > 0 && r->reported++ < 5)
+            fprintf(stderr, "[rank %d] %s %zu B iteration %d: %zu bytes of "
+                    "the empty block from rank %d were written\n", r->rank,
+                    r->coll->name, r->bytes, r->iter, written, q);
+        bad += written;
+    }
+    return bad;
+}
+
 /* gather: send[block] -> recv[n * block] at the root */
 static size_t gather_inputs(run_t *r, io_t io, unsigned seed)
 {
@@ -602,9 +652,11 @@ static const coll_t colls[] = {
       no_inputs, no_poison, barrier_execute, no_verify },
     { "memcpy", false, false, false, false, factor_aggregate,
       memcpy_inputs, allreduce_poison, memcpy_execute, memcpy_verify },
+    { "alltoall_between", false, false, true, false, factor_ring,
+      between_inputs, gathered_poison, between_execute, between_verify },
 };
 #define NCOLLS (sizeof(colls) / sizeof(colls[0]))
-#define NALL 9 /* "all": every collective, not memcpy */
+#define NALL 9 /* "all": every collective, not memcpy or alltoall_between */
 
 /* ------------------------------------------------------------------------- */
 /* Errors                                                                     */
@@ -652,8 +704,9 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: mpirun -np N zcopy_bench [options]\n"
 "  -c, --collective LIST  allreduce reduce reduce_scatter_block allgather\n"
-"                         bcast alltoall gather scatter barrier memcpy, or\n"
-"                         all (every collective, not memcpy); comma-\n"
+"                         bcast alltoall gather scatter barrier memcpy\n"
+"                         alltoall_between, or all (every collective, not\n"
+"                         memcpy or alltoall_between); comma-\n"
 "                         separated [allreduce]\n"
 "  -b, --minbytes SIZE    smallest size [8]; suffixes K, M, G (of 1024)\n"
 "  -e, --maxbytes SIZE    largest size [64M]\n"
@@ -703,12 +756,15 @@ static void usage(FILE *f)
 "  buffer (receive: size/n); allgather: each receive buffer (send: size/n);\n"
 "  alltoall: each send and receive buffer (size/n per peer); gather: the\n"
 "  root's receive buffer (send: size/n); scatter: the root's send buffer\n"
-"  (receive: size/n); memcpy: the bytes each rank copies.\n"
+"  (receive: size/n); memcpy: the bytes each rank copies; alltoall_between:\n"
+"  alltoall's, with the blocks between ranks of one host empty\n"
+"  (MPI_Alltoallv), so only blocks between hosts move.\n"
 "Columns: time_us is the median over iterations of the slowest rank's time\n"
 "(--timing osu: of the ranks' mean),\n"
 "min_us the smallest; algbw = size/time (GB/s = 1e9 B/s); busbw = algbw *\n"
 "2(n-1)/n (allreduce), (n-1)/n (reduce_scatter_block, allgather, alltoall,\n"
-"gather, scatter), 1 (reduce, bcast), n (memcpy: all ranks together);\n"
+"alltoall_between, gather, scatter), 1 (reduce, bcast), n (memcpy: all\n"
+"ranks together);\n"
 "errors: mismatches over all ranks and iterations (with --check); path:\n"
 "zcopy, fallback:<reason>, mixed, or stock (component not loaded), from\n"
 "MPIX_Zcopy_get_stats around the timed iterations.\n");
@@ -1231,6 +1287,8 @@ typedef struct {
     int rank, nranks;
     buffers_t buffers;
     sinks_t sinks;      /* rank 0 */
+    bool *same_host;    /* per rank of comm: shares this rank's host */
+    int *counts, *displs; /* alltoall_between's arguments */
 } bench_t;
 
 /* A private duplicate for the bench's own traffic, opted out of zcopy, so
@@ -1262,6 +1320,49 @@ static void start_barrier(MPI_Comm ctl)
                                MPI_BYTE, (rank - d + n) % n, 0, ctl,
                                MPI_STATUS_IGNORE),
                   "MPI_Sendrecv");
+}
+
+/* Which ranks of @b's communicator share this rank's host, as MPI sees
+ * hosts (MPI_COMM_TYPE_SHARED): servers of an emulated cluster are hosts,
+ * zcopy's virtual servers are not. And room for alltoall_between's
+ * arguments. */
+static void hosts_init(bench_t *b)
+{
+    MPI_Group all, local;
+    MPI_Comm node;
+    int *mine, *there, m;
+
+    b->same_host = calloc((size_t)b->nranks, sizeof(bool));
+    b->counts = calloc((size_t)b->nranks, sizeof(int));
+    b->displs = calloc((size_t)b->nranks, sizeof(int));
+    mine = calloc((size_t)b->nranks, sizeof(int));
+    there = calloc((size_t)b->nranks, sizeof(int));
+    if (!b->same_host || !b->counts || !b->displs || !mine || !there)
+        die("out of memory");
+    check_mpi(MPI_Comm_split_type(b->ctl, MPI_COMM_TYPE_SHARED, 0,
+                                  MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+    MPI_Comm_size(node, &m);
+    MPI_Comm_group(node, &local);
+    MPI_Comm_group(b->ctl, &all);
+    for (int i = 0; i < m; i++)
+        mine[i] = i;
+    check_mpi(MPI_Group_translate_ranks(local, m, mine, all, there),
+              "MPI_Group_translate_ranks");
+    for (int i = 0; i < m; i++)
+        b->same_host[there[i]] = true;
+    MPI_Group_free(&local);
+    MPI_Group_free(&all);
+    MPI_Comm_free(&node);
+    free(mine);
+    free(there);
+}
+
+static void hosts_fini(bench_t *b)
+{
+    free(b->same_host);
+    free(b->counts);
+    free(b->displs);
 }
 
 static MPIX_Zcopy_stats get_stats(MPI_Comm comm)
@@ -1506,6 +1607,10 @@ static bool layout(run_t *r, size_t size)
     r->bytes = r->total * r->tsize;
     if (r->block > INT_MAX)
         die("%s of %zu bytes: count does not fit an int", r->coll->name, size);
+    if (r->coll->execute == between_execute &&
+        r->block * (size_t)(r->nranks - 1) > INT_MAX)
+        die("%s of %zu bytes: displacement does not fit an int",
+            r->coll->name, size);
     r->mcount = (int)r->block;
     return r->block > 0;
 }
@@ -1521,7 +1626,8 @@ static run_t row_state(const bench_t *b, const options_t *o, const coll_t *c)
                     .in_place = o->in_place && c->in_place,
                     .sum_range = range < 1024 ? range : 1024,
                     .send = b->buffers.send, .recv = b->buffers.recv,
-                    .comm = b->comm };
+                    .comm = b->comm, .same_host = b->same_host,
+                    .counts = b->counts, .displs = b->displs };
 }
 
 /* Every size of the range for one collective (barrier: one row). */
@@ -1565,6 +1671,7 @@ int main(int argc, char **argv)
     /* Report MPI failures with their message instead of aborting blind. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     b.ctl = control_comm();
+    hosts_init(&b);
     buffers_init(&b.buffers, o.buffers, o.max_bytes);
     if (b.rank == 0) {
         print_header(&o, b.nranks, &b.buffers);
@@ -1579,6 +1686,7 @@ int main(int argc, char **argv)
     }
     MPI_Bcast(&b.sinks.errors, 1, MPI_UNSIGNED_LONG_LONG, 0, b.ctl);
     buffers_fini(&b.buffers);
+    hosts_fini(&b);
     MPI_Comm_free(&b.ctl);
     MPI_Finalize();
     return b.sinks.errors ? 1 : 0;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/compare.sh end to end, in seconds: a barrier and a 64-byte
 # allreduce against one peer, whose summary must name the zero-copy path;
-# an alltoall and a bcast against sm and han, whose summary must name the
-# rows they run no algorithm of their own in; bench/pin_servers.sh;
+# an alltoall, a bcast and an alltoall_between against sm and han, whose
+# summary must name the rows they run no algorithm of their own in, and
+# the alltoall's ceiling; bench/pin_servers.sh;
 # a second comparison into the same directory, which must be refused (its
 # summary would have counted the first one's runs); and bench/ab.sh.
 #   test_compare.sh SOURCE_DIR BUILD_DIR
@@ -46,14 +47,21 @@ if grep -q '^Rows where a peer runs no algorithm' "$out/cmp/summary.md"; then
     echo "test_compare: FAIL: tuned's rows said to be another component's" >&2
     exit 1
 fi
-if ! "$src/bench/compare.sh" --build "$build" -c alltoall,bcast -b 64 -e 64 \
-        --reps 1 -n 5 --peers sm,han --no-plot --out "$out/cmp_sm" \
-        >"$out/sm.txt" 2>&1 ||
-    ! grep -q '^Rows where .*: sm in alltoall; han in alltoall, bcast\.$' \
+if ! "$src/bench/compare.sh" --build "$build" -c alltoall,bcast,alltoall_between \
+        -b 64 -e 64 --reps 1 -n 5 --peers sm,han --no-plot \
+        --out "$out/cmp_sm" >"$out/sm.txt" 2>&1 ||
+    ! grep -q '^Rows where .*: sm in alltoall, alltoall_between; han in alltoall, bcast, alltoall_between\.$' \
         "$out/cmp_sm/summary.md"; then
     cat "$out/sm.txt" "$out/cmp_sm/summary.md"
-    echo "test_compare: FAIL: sm's alltoall and han's rows not named as" \
+    echo "test_compare: FAIL: sm's alltoall(v) and han's rows not named as" \
          "another component's" >&2
+    exit 1
+fi
+# With alltoall and alltoall_between rows, the ceiling they give.
+if ! grep -Eq '^Most an alltoall can gain .*: np 2 64 [0-9]+\.[0-9]{2}x\.$' \
+        "$out/cmp_sm/summary.md"; then
+    cat "$out/cmp_sm/summary.md"
+    echo "test_compare: FAIL: no alltoall ceiling from alltoall_between" >&2
     exit 1
 fi
 run >"$out/second.txt" 2>&1
