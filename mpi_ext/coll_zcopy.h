@@ -29,6 +29,7 @@ typedef struct {
     unsigned long root_moves_max; /* coll_zcopy_root_moves_max */
     unsigned long rooted_yield_min; /* coll_zcopy_rooted_yield_min */
     unsigned long one_per_server_min; /* coll_zcopy_one_per_server_min */
+    bool one_per_server_moves;    /* coll_zcopy_one_per_server_moves */
     int ucx_fetch;                /* coll_zcopy_ucx_fetch */
     int ucx_max_requests;         /* coll_zcopy_ucx_max_requests */
     unsigned long ucx_p2p_min;    /* coll_zcopy_ucx_p2p_min, bytes */

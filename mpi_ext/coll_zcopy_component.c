@@ -48,6 +48,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .root_moves_max = 262144,
     .rooted_yield_min = 256,
     .one_per_server_min = 2048,
+    .one_per_server_moves = false,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .yield = 0,
@@ -82,6 +83,15 @@ static void zcopy_register_int(const char *name, const char *desc,
     (void)mca_base_component_var_register(
         &mca_coll_zcopy_component.super.collm_version, name, desc,
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level, MCA_BASE_VAR_SCOPE_READONLY,
+        storage);
+}
+
+static void zcopy_register_bool(const char *name, const char *desc,
+                                mca_base_var_info_lvl_t level, bool *storage)
+{
+    (void)mca_base_component_var_register(
+        &mca_coll_zcopy_component.super.collm_version, name, desc,
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, level, MCA_BASE_VAR_SCOPE_READONLY,
         storage);
 }
 
@@ -257,6 +267,16 @@ static int zcopy_register(void)
         "every arrival where stock's root sends and leaves. 0: zcopy takes "
         "them all. Same value on every rank",
         OPAL_INFO_LVL_9, &c->one_per_server_min);
+    zcopy_register_bool("one_per_server_moves",
+        "On a communicator that spans servers with one rank on each, "
+        "whether zcopy itself runs allgather, allgatherv, alltoall and "
+        "alltoallv. false: they go to the previous component at every "
+        "size, counted as a fallback: with nothing shared inside a server, "
+        "zcopy sends the same bytes over the same network as stock's "
+        "algorithms and adds its agreement (docs/parameters.md). The other "
+        "collectives stay with zcopy from coll_zcopy_one_per_server_min. "
+        "Same value on every rank",
+        OPAL_INFO_LVL_9, &c->one_per_server_moves);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
         "at most this many bytes per rank (twice it for bcast, scatter "
@@ -333,6 +353,7 @@ static int zcopy_register(void)
     zcopy_config.root_moves_max = c->root_moves_max;
     zcopy_config.rooted_yield_min = c->rooted_yield_min;
     zcopy_config.one_per_server_min = c->one_per_server_min;
+    zcopy_config.one_per_server_moves = c->one_per_server_moves;
     zcopy_config.span_inline_max = c->span_inline_max;
     zcopy_config.span_dissemination_min =
         c->span_dissemination_min > 0 ? c->span_dissemination_min : 0;

@@ -14,6 +14,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .root_moves_max = 262144,
     .rooted_yield_min = 256,
     .one_per_server_min = 2048,
+    .one_per_server_moves = false,
     .span_inline_max = 262144,
     .span_dissemination_min = 64,
     .wait_report_s = 60,

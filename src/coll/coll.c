@@ -73,6 +73,7 @@ enum {
     SETTING_SPAN_DISSEMINATION_MIN,
     SETTING_ROOTED_YIELD_MIN,
     SETTING_ONE_PER_SERVER_MIN,
+    SETTING_ONE_PER_SERVER_MOVES,
     SETTING_UCX_FETCH,
     SETTING_UCX_PUSH_MIN,
     SETTINGS
@@ -97,6 +98,7 @@ static const char *const setting_names[SETTINGS] = {
     [SETTING_SPAN_DISSEMINATION_MIN] = "coll_zcopy_span_dissemination_min",
     [SETTING_ROOTED_YIELD_MIN] = "coll_zcopy_rooted_yield_min",
     [SETTING_ONE_PER_SERVER_MIN] = "coll_zcopy_one_per_server_min",
+    [SETTING_ONE_PER_SERVER_MOVES] = "coll_zcopy_one_per_server_moves",
     [SETTING_UCX_FETCH] = "coll_zcopy_ucx_fetch",
     [SETTING_UCX_PUSH_MIN] = "coll_zcopy_ucx_push_min",
 };
@@ -115,6 +117,7 @@ static void settings_of_self(const zcopy_comm_t *zc, int64_t *v)
     v[SETTING_SPAN_DISSEMINATION_MIN] = zcopy_config.span_dissemination_min;
     v[SETTING_ROOTED_YIELD_MIN] = (int64_t)zcopy_config.rooted_yield_min;
     v[SETTING_ONE_PER_SERVER_MIN] = (int64_t)zcopy_config.one_per_server_min;
+    v[SETTING_ONE_PER_SERVER_MOVES] = zcopy_config.one_per_server_moves;
     /* A sender and its receiver must agree whether a block is pushed. */
     v[SETTING_UCX_FETCH] = zcopy_config.ucx_fetch;
     v[SETTING_UCX_PUSH_MIN] = (int64_t)zcopy_config.ucx_push_min;

@@ -1,18 +1,25 @@
 /*
- * Small calls on a communicator with one rank on each server go to the
- * previous component (coll_zcopy_one_per_server_min), on every rank and
- * in step; elsewhere they stay zero-copy.
+ * On a communicator with one rank on each server, small calls go to the
+ * previous component (coll_zcopy_one_per_server_min), and so do, at every
+ * size, the collectives that only move data unless
+ * coll_zcopy_one_per_server_moves is set; on every rank and in step.
+ * Elsewhere they stay zero-copy.
  *
  *   test_one_per_server lone    every server holds one rank (two virtual
  *                               servers of one rank, every rank through
  *                               UCX, or the emulated cluster's 2x1): below
  *                               the limit every fixed-form collective and
  *                               every barrier falls back on every rank
- *                               with the hand-over's reason and no control
- *                               message; at the limit each runs zero-copy,
- *                               and a small allgatherv (a v-form, whose
- *                               sizes only agree through the control
- *                               plane) always does
+ *                               with a hand-over's reason and no control
+ *                               message; at the limit the others run
+ *                               zero-copy; allgather(v) and alltoall are
+ *                               handed over at every size with the reason
+ *                               of data that only moves, or, under
+ *                               coll_zcopy_one_per_server_moves, run
+ *                               zero-copy from the limit on (a small
+ *                               allgatherv, a v-form whose sizes only
+ *                               agree through the control plane, then
+ *                               always does)
  *   test_one_per_server shared  a server holds two ranks: every size runs
  *                               zero-copy
  *
@@ -26,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HANDOVER_REASON "small call, one rank per server"
+#define SMALL_REASON "small call, one rank per server"
+#define MOVES_REASON "one rank per server: stock moves the same bytes"
 
 static int rank, nranks;
 static MPI_Datatype whole = MPI_DATATYPE_NULL; /* one block of ints */
@@ -38,28 +46,31 @@ static int *take(size_t ints)
     return zt_arena_alloc(&arena, &cursor, ints * sizeof(int));
 }
 
-/* This rank's path for the one call since @b: the hand-over (@handed) or
- * a zero-copy call. */
+/* This rank's path for the one call since @b: a hand-over for the reason
+ * @want, or (@want NULL) a zero-copy call. */
 static void check_path(const char *what, int root, int ints,
-                       const MPIX_Zcopy_stats *b, bool handed)
+                       const MPIX_Zcopy_stats *b, const char *want)
 {
     MPIX_Zcopy_stats a = zt_stats(MPI_COMM_WORLD);
     unsigned long long calls = a.zcopy_calls - b->zcopy_calls;
     unsigned long long fallbacks = a.fallback_calls - b->fallback_calls;
     unsigned long long msgs = a.ctl_msgs - b->ctl_msgs;
+    char reason[sizeof(a.last_fallback_reason)];
 
-    if (!handed) {
+    if (want == NULL) {
         ZT_CHECK(calls == 1 && fallbacks == 0 && msgs > 0, "%s of %d ints, "
                  "root %d: rank %d did not run it zero-copy (zcopy %llu, "
                  "fallback %llu, control messages %llu, '%s')", what, ints,
                  root, rank, calls, fallbacks, msgs, a.last_fallback_reason);
         return;
     }
+    snprintf(reason, sizeof(reason), "%s: %s", what, want);
     ZT_CHECK(calls == 0 && fallbacks == 1 && msgs == 0 &&
-                 strstr(a.last_fallback_reason, HANDOVER_REASON) != NULL,
-             "%s of %d ints, root %d: rank %d did not hand it over (zcopy "
-             "%llu, fallback %llu, control messages %llu, '%s')", what, ints,
-             root, rank, calls, fallbacks, msgs, a.last_fallback_reason);
+                 strcmp(a.last_fallback_reason, reason) == 0,
+             "%s of %d ints, root %d: rank %d did not hand it over as '%s' "
+             "(zcopy %llu, fallback %llu, control messages %llu, '%s')",
+             what, ints, root, rank, want, calls, fallbacks, msgs,
+             a.last_fallback_reason);
 }
 
 /* @n ints of @got against rank @owner's input from element @from. */
@@ -98,7 +109,7 @@ static void fill(int *buf, int n, int owner, int call)
         buf[i] = zt_value(owner, i, call);
 }
 
-static void run_allreduce(int ints, bool in_place, bool handed, int call)
+static void run_allreduce(int ints, bool in_place, const char *want, int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)ints);
     MPIX_Zcopy_stats b;
@@ -107,11 +118,11 @@ static void run_allreduce(int ints, bool in_place, bool handed, int call)
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, ints, MPI_INT,
                   MPI_SUM, MPI_COMM_WORLD);
-    check_path("allreduce", -1, ints, &b, handed);
+    check_path("allreduce", -1, ints, &b, want);
     check_sum("allreduce", ints, recv, ints, 0, call);
 }
 
-static void run_reduce(int ints, int root, bool in_place, bool handed,
+static void run_reduce(int ints, int root, bool in_place, const char *want,
                        int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)ints);
@@ -122,13 +133,13 @@ static void run_reduce(int ints, int root, bool in_place, bool handed,
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Reduce(ip ? MPI_IN_PLACE : send, recv, ints, MPI_INT, MPI_SUM, root,
                MPI_COMM_WORLD);
-    check_path("reduce", root, ints, &b, handed);
+    check_path("reduce", root, ints, &b, want);
     if (rank == root)
         check_sum("reduce", ints, recv, ints, 0, call);
 }
 
 /* @ints per rank. */
-static void run_reduce_scatter_block(int ints, bool in_place, bool handed,
+static void run_reduce_scatter_block(int ints, bool in_place, const char *want,
                                      int call)
 {
     const int all = ints * nranks;
@@ -139,12 +150,12 @@ static void run_reduce_scatter_block(int ints, bool in_place, bool handed,
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, ints,
                              MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    check_path("reduce_scatter_block", -1, ints, &b, handed);
+    check_path("reduce_scatter_block", -1, ints, &b, want);
     check_sum("reduce_scatter_block", ints, recv, ints, ints * rank, call);
 }
 
 /* @ints per rank; the receive side as blocks of the test's own type. */
-static void run_allgather(int ints, bool in_place, bool handed, int call)
+static void run_allgather(int ints, bool in_place, const char *want, int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)(ints * nranks));
     MPIX_Zcopy_stats b;
@@ -156,13 +167,14 @@ static void run_allgather(int ints, bool in_place, bool handed, int call)
                       MPI_COMM_WORLD);
     else
         MPI_Allgather(send, ints, MPI_INT, recv, 1, whole, MPI_COMM_WORLD);
-    check_path("allgather", -1, ints, &b, handed);
+    check_path("allgather", -1, ints, &b, want);
     for (int j = 0; j < nranks; j++)
         check_block("allgather", ints, -1, recv + ints * j, ints, j, 0, call);
 }
 
-/* Never handed over: only the control plane makes its sizes agree. */
-static void run_allgatherv(int ints, int call)
+/* Never handed over for its size, which only the control plane makes
+ * agree; handed over as data that only moves (@want). */
+static void run_allgatherv(int ints, const char *want, int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)(ints * nranks));
     int *counts = malloc(sizeof(int) * (size_t)nranks);
@@ -178,14 +190,14 @@ static void run_allgatherv(int ints, int call)
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Allgatherv(send, ints, MPI_INT, recv, counts, displs, MPI_INT,
                    MPI_COMM_WORLD);
-    check_path("allgatherv", -1, ints, &b, false);
+    check_path("allgatherv", -1, ints, &b, want);
     for (int j = 0; j < nranks; j++)
         check_block("allgatherv", ints, -1, recv + ints * j, ints, j, 0, call);
     free(counts);
     free(displs);
 }
 
-static void run_bcast(int ints, int root, bool handed, int call)
+static void run_bcast(int ints, int root, const char *want, int call)
 {
     int *buf = take((size_t)ints);
 
@@ -198,12 +210,12 @@ static void run_bcast(int ints, int root, bool handed, int call)
         MPI_Bcast(buf, 1, whole, root, MPI_COMM_WORLD);
     else
         MPI_Bcast(buf, ints, MPI_INT, root, MPI_COMM_WORLD);
-    check_path("bcast", root, ints, &b, handed);
+    check_path("bcast", root, ints, &b, want);
     check_block("bcast", ints, root, buf, ints, root, 0, call);
 }
 
 /* @ints per rank. */
-static void run_gather(int ints, int root, bool in_place, bool handed,
+static void run_gather(int ints, int root, bool in_place, const char *want,
                        int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)(ints * nranks));
@@ -218,13 +230,13 @@ static void run_gather(int ints, int root, bool in_place, bool handed,
     else
         MPI_Gather(ip ? MPI_IN_PLACE : send, ints, MPI_INT, recv, 1, whole,
                    root, MPI_COMM_WORLD);
-    check_path("gather", root, ints, &b, handed);
+    check_path("gather", root, ints, &b, want);
     for (int j = 0; j < nranks && rank == root; j++)
         check_block("gather", ints, root, recv + ints * j, ints, j, 0, call);
 }
 
 /* @ints per rank. */
-static void run_scatter(int ints, int root, bool in_place, bool handed,
+static void run_scatter(int ints, int root, bool in_place, const char *want,
                         int call)
 {
     int *send = take((size_t)(ints * nranks)), *recv = take((size_t)ints);
@@ -240,13 +252,13 @@ static void run_scatter(int ints, int root, bool in_place, bool handed,
     else
         MPI_Scatter(send, 1, whole, ip ? MPI_IN_PLACE : recv, ints, MPI_INT,
                     root, MPI_COMM_WORLD);
-    check_path("scatter", root, ints, &b, handed);
+    check_path("scatter", root, ints, &b, want);
     check_block("scatter", ints, root, ip ? send + ints * rank : recv, ints,
                 root, ints * rank, call);
 }
 
 /* @ints per pair of ranks; block j of rank r holds r's elements from j. */
-static void run_alltoall(int ints, bool in_place, bool handed, int call)
+static void run_alltoall(int ints, bool in_place, const char *want, int call)
 {
     const int all = ints * nranks;
     int *send = take((size_t)all), *recv = take((size_t)all);
@@ -256,50 +268,54 @@ static void run_alltoall(int ints, bool in_place, bool handed, int call)
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Alltoall(in_place ? MPI_IN_PLACE : send, ints, MPI_INT, recv, 1,
                  whole, MPI_COMM_WORLD);
-    check_path("alltoall", -1, ints, &b, handed);
+    check_path("alltoall", -1, ints, &b, want);
     for (int j = 0; j < nranks; j++)
         check_block("alltoall", ints, -1, recv + ints * j, ints, j,
                     ints * rank, call);
 }
 
-static void run_barrier(bool handed)
+static void run_barrier(const char *want)
 {
     MPIX_Zcopy_stats b = zt_stats(MPI_COMM_WORLD);
 
     MPI_Barrier(MPI_COMM_WORLD);
-    check_path("barrier", -1, 0, &b, handed);
+    check_path("barrier", -1, 0, &b, want);
 }
 
 /* Every collective at @ints per rank (the whole vector where there are no
- * blocks), each from every root and in place and not. */
-static void run_round(int ints, bool handed, int *call)
+ * blocks), each from every root and in place and not: allgather and
+ * alltoall, which only move data, expecting @moved (a reason, or NULL for
+ * zero-copy), allgatherv @moved_v, and the others @sized. */
+static void run_round(int ints, const char *sized, const char *moved,
+                      const char *moved_v, int *call)
 {
     MPI_Type_contiguous(ints, MPI_INT, &whole);
     MPI_Type_commit(&whole);
     for (int ip = 0; ip < 2; ip++) {
         cursor = 0;
-        run_allreduce(ints, ip, handed, ++*call);
-        run_reduce_scatter_block(ints, ip, handed, ++*call);
-        run_allgather(ints, ip, handed, ++*call);
-        run_alltoall(ints, ip, handed, ++*call);
+        run_allreduce(ints, ip, sized, ++*call);
+        run_reduce_scatter_block(ints, ip, sized, ++*call);
+        run_allgather(ints, ip, moved, ++*call);
+        run_alltoall(ints, ip, moved, ++*call);
         for (int root = 0; root < nranks; root++) {
             cursor = 0;
-            run_reduce(ints, root, ip, handed, ++*call);
-            run_gather(ints, root, ip, handed, ++*call);
-            run_scatter(ints, root, ip, handed, ++*call);
+            run_reduce(ints, root, ip, sized, ++*call);
+            run_gather(ints, root, ip, sized, ++*call);
+            run_scatter(ints, root, ip, sized, ++*call);
             if (!ip)
-                run_bcast(ints, root, handed, ++*call);
+                run_bcast(ints, root, sized, ++*call);
         }
     }
     cursor = 0;
-    run_allgatherv(ints, ++*call);
+    run_allgatherv(ints, moved_v, ++*call);
     MPI_Type_free(&whole);
 }
 
 int main(int argc, char **argv)
 {
+    const char *small, *moved;
     unsigned long limit;
-    int call = 0, below, at;
+    int call = 0, below, at, moves;
     bool lone;
 
     MPI_Init(&argc, &argv);
@@ -312,13 +328,18 @@ int main(int argc, char **argv)
     limit = zt_cvar_ulong("coll_zcopy_one_per_server_min", 0);
     zt_require(limit >= 2 * sizeof(int), "coll_zcopy_one_per_server_min of "
                "at least 8 bytes");
+    moves = zt_cvar_bool("coll_zcopy_one_per_server_moves", -1);
+    zt_require(moves == 0 || moves == 1, "coll_zcopy_one_per_server_moves "
+               "readable");
+    small = lone ? SMALL_REASON : NULL;
+    moved = lone && !moves ? MOVES_REASON : NULL;
     below = (int)(limit / sizeof(int)) - 1;
     at = (int)((limit + sizeof(int) - 1) / sizeof(int));
     zt_arena_init(&arena, MPI_COMM_WORLD, 16u << 20);
-    run_round(1, lone, &call);
-    run_round(below, lone, &call);
-    run_round(at, false, &call);
-    run_barrier(lone); /* barriers have no size: handed over where lone */
+    run_round(1, small, moved ? moved : small, moved, &call);
+    run_round(below, small, moved ? moved : small, moved, &call);
+    run_round(at, NULL, moved, moved, &call);
+    run_barrier(small); /* barriers have no size: handed over where lone */
     zt_arena_fini(&arena);
     return zt_finish();
 }

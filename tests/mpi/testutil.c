@@ -184,6 +184,13 @@ unsigned long zt_cvar_ulong(const char *name, unsigned long dflt)
     return cvar_read(name, MPI_UNSIGNED_LONG, &value) ? value : dflt;
 }
 
+int zt_cvar_bool(const char *name, int dflt)
+{
+    _Bool value;
+
+    return cvar_read(name, MPI_C_BOOL, &value) ? value : dflt;
+}
+
 int zt_cvar_int(const char *name, int dflt)
 {
     int value;

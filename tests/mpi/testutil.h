@@ -73,6 +73,8 @@ long zt_find_bad_sum(const int *got, int n, int nranks, int call);
 unsigned long zt_cvar_ulong(const char *name, unsigned long dflt);
 /* The same for an int parameter. */
 int zt_cvar_int(const char *name, int dflt);
+/* The same for a bool parameter (MPI_T's MPI_C_BOOL): 0 or 1. */
+int zt_cvar_bool(const char *name, int dflt);
 
 /* Whether this host has an InfiniBand or RoCE device, over which UCX may
  * offer rc or dc: then zcopy reads blocks between servers by get rather

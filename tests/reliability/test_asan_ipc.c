@@ -365,6 +365,7 @@ int main(int argc, char **argv)
          * too, though each rank is a server of its own. */
         zcopy_config.span_inline_max = 0;
         zcopy_config.one_per_server_min = 0;
+        zcopy_config.one_per_server_moves = true;
     }
 
     /* 1. */

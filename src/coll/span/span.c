@@ -1054,11 +1054,11 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     zcopy_span_desc_t mine;
     const void *src = NULL;
     size_t inline_total, len = 0;
+    const char *handed = zcopy_span_hands_over(zc, a);
     coll_plan_t plan;
 
-    if (zcopy_span_hands_over(zc, a))
-        return zcopy_coll_fallback(zc, a->type,
-                                   "small call, one rank per server");
+    if (handed != NULL)
+        return zcopy_coll_fallback(zc, a->type, handed);
     zcopy_coll_plan(zc, a, &plan);
     if (a->type == ZCOPY_COLL_REDUCE_SCATTER &&
         plan.args.reason == REASON_NONE) { /* counts checked: none negative */
