@@ -465,13 +465,15 @@ borrowed_summary() {
          "$line."
 }
 
-# With alltoall and alltoall_between rows at the same np and size: the
-# best peer's alltoall over the best peer's alltoall_between (the same
-# call with the blocks inside each host left out). An alltoall whose
-# blocks between hosts move through the point-to-point engine takes at
-# least the second, so no such alltoall, zcopy's pushes included, can be
-# faster than the best peer by more than this ratio (bench/README.md).
+# With alltoall and alltoall_between rows at the same np and size, on a
+# cluster (on one host alltoall_between moves nothing): the best peer's
+# alltoall over the best peer's alltoall_between (the same call with the
+# blocks inside each host left out). An alltoall whose blocks between
+# hosts move through the point-to-point engine takes about the second at
+# least, so this ratio estimates the most such an alltoall, zcopy's
+# pushes included, can gain over the best peer (bench/README.md).
 between_summary() {
+    [[ -n $cluster ]] || return 0
     awk -F'\t' -v np_="${#peer_list[@]}" '
         function human(b,   u, i) {
             split("K M G T", u, " ")
@@ -484,16 +486,17 @@ between_summary() {
         END {
             for (i = 1; i <= n; i++) {
                 k = order[i]
-                if (!(k in full) || part[k] <= 0) continue
+                if (!(k in full) || full[k] <= 0 || part[k] <= 0) continue
                 split(k, f, SUBSEP)
                 line = line (line == "" ? "" : ", ") "np " f[1] " " human(f[2]) \
                        " " sprintf("%.2fx", full[k] / part[k])
             }
             if (line != "")
-                print "Most an alltoall can gain over the best peer while " \
-                      "its blocks between hosts move through the " \
-                      "point-to-point engine, about the best peer'"'"'s alltoall time " \
-                      "over the best peer'"'"'s alltoall_between time: " line "."
+                print "About the most an alltoall can gain over the best " \
+                      "peer while its blocks between hosts move through " \
+                      "the point-to-point engine, the best peer'"'"'s " \
+                      "alltoall time over the best peer'"'"'s " \
+                      "alltoall_between time: " line "."
         }' "$out/summary.tsv"
 }
 

@@ -19,10 +19,22 @@ zcopy_add_mpi_test(NAME bench.check.malloc.np2 TARGET zcopy_bench NP 2
        --buffers malloc --no-progress LABELS bench)
 
 # alltoall_between on one host: every block is between ranks of this host,
-# so the call moves nothing and every output block must keep its poison.
+# so the call moves nothing and every output block must keep its poison;
+# a run that writes into one (--corrupt) must count it and fail.
 zcopy_add_mpi_test(NAME bench.check.between.np3 TARGET zcopy_bench NP 3
   ARGS -c alltoall_between --check --vary -b 8 -e 64K -f 8 -n 3 -w 1
        --no-progress LABELS bench)
+foreach(kind fails counts)
+  zcopy_add_mpi_test(NAME bench.check.between.corrupt_${kind}.np2
+    TARGET zcopy_bench NP 2
+    ARGS -c alltoall_between --check -b 1K -e 1K -n 2 -w 0 --corrupt
+         --no-progress LABELS bench)
+endforeach()
+set_tests_properties(bench.check.between.corrupt_fails.np2 PROPERTIES
+  WILL_FAIL TRUE)
+set_tests_properties(bench.check.between.corrupt_counts.np2 PROPERTIES
+  PASS_REGULAR_EXPRESSION
+  "elements of the empty block from rank [01] were written.*# errors: [1-9]")
 
 # Calls back to back, each followed by MPI_Barrier (--timing osu) instead
 # of the bench's own barrier before it: every call starts as the ranks

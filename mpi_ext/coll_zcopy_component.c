@@ -265,7 +265,8 @@ static int zcopy_register(void)
         "counted as a fallback: there zcopy's small calls send what stock "
         "sends plus their agreement, and a rooted call's root waits for "
         "every arrival where stock's root sends and leaves. 0: zcopy takes "
-        "them all. Same value on every rank",
+        "them all (but what coll_zcopy_one_per_server_moves hands over). "
+        "Same value on every rank",
         OPAL_INFO_LVL_9, &c->one_per_server_min);
     zcopy_register_bool("one_per_server_moves",
         "On a communicator that spans servers with one rank on each, "

@@ -17,9 +17,9 @@
  *                               of data that only moves, or, under
  *                               coll_zcopy_one_per_server_moves, run
  *                               zero-copy from the limit on (a small
- *                               allgatherv, a v-form whose sizes only
- *                               agree through the control plane, then
- *                               always does)
+ *                               allgatherv or alltoallv, v-forms whose
+ *                               sizes only agree through the control
+ *                               plane, then always does)
  *   test_one_per_server shared  a server holds two ranks: every size runs
  *                               zero-copy
  *
@@ -274,6 +274,34 @@ static void run_alltoall(int ints, bool in_place, const char *want, int call)
                     ints * rank, call);
 }
 
+/* The same as an alltoallv: never handed over for its size, which only
+ * its two ranks know of each block; handed over as data that only moves
+ * (@want), before any displacement is exchanged (no control message). */
+static void run_alltoallv(int ints, const char *want, int call)
+{
+    const int all = ints * nranks;
+    int *send = take((size_t)all), *recv = take((size_t)all);
+    int *counts = malloc(sizeof(int) * (size_t)nranks);
+    int *displs = malloc(sizeof(int) * (size_t)nranks);
+    MPIX_Zcopy_stats b;
+
+    zt_require(counts && displs, "malloc");
+    for (int j = 0; j < nranks; j++) {
+        counts[j] = ints;
+        displs[j] = ints * j;
+    }
+    fill(send, all, rank, call);
+    b = zt_stats(MPI_COMM_WORLD);
+    MPI_Alltoallv(send, counts, displs, MPI_INT, recv, counts, displs,
+                  MPI_INT, MPI_COMM_WORLD);
+    check_path("alltoallv", -1, ints, &b, want);
+    for (int j = 0; j < nranks; j++)
+        check_block("alltoallv", ints, -1, recv + ints * j, ints, j,
+                    ints * rank, call);
+    free(counts);
+    free(displs);
+}
+
 static void run_barrier(const char *want)
 {
     MPIX_Zcopy_stats b = zt_stats(MPI_COMM_WORLD);
@@ -285,7 +313,7 @@ static void run_barrier(const char *want)
 /* Every collective at @ints per rank (the whole vector where there are no
  * blocks), each from every root and in place and not: allgather and
  * alltoall, which only move data, expecting @moved (a reason, or NULL for
- * zero-copy), allgatherv @moved_v, and the others @sized. */
+ * zero-copy), allgatherv and alltoallv @moved_v, and the others @sized. */
 static void run_round(int ints, const char *sized, const char *moved,
                       const char *moved_v, int *call)
 {
@@ -308,6 +336,8 @@ static void run_round(int ints, const char *sized, const char *moved,
     }
     cursor = 0;
     run_allgatherv(ints, moved_v, ++*call);
+    cursor = 0;
+    run_alltoallv(ints, moved_v, ++*call);
     MPI_Type_free(&whole);
 }
 

@@ -186,7 +186,7 @@ unsigned long zt_cvar_ulong(const char *name, unsigned long dflt)
 
 int zt_cvar_bool(const char *name, int dflt)
 {
-    _Bool value;
+    bool value;
 
     return cvar_read(name, MPI_C_BOOL, &value) ? value : dflt;
 }

@@ -361,8 +361,9 @@ int main(int argc, char **argv)
     only_this_copy();
     if (argc > 1 && strcmp(argv[1], "ucx") == 0) {
         zcopy_config.transport = ZCOPY_TRANSPORT_UCX;
-        /* Data by UCX transfers, not with the arrivals, and small calls
-         * too, though each rank is a server of its own. */
+        /* Data by UCX transfers, not with the arrivals, and small calls,
+         * allgathers and alltoalls too, though each rank is a server of
+         * its own. */
         zcopy_config.span_inline_max = 0;
         zcopy_config.one_per_server_min = 0;
         zcopy_config.one_per_server_moves = true;
