@@ -20,7 +20,8 @@ zcopy_add_mpi_test(NAME bench.check.malloc.np2 TARGET zcopy_bench NP 2
 
 # alltoall_between on one host: every block is between ranks of this host,
 # so the call moves nothing and every output block must keep its poison;
-# a run that writes into one (--corrupt) must count it and fail.
+# a run that writes into one (--corrupt) must say so (stderr, so not in
+# order with the "# errors" line on stdout) and fail.
 zcopy_add_mpi_test(NAME bench.check.between.np3 TARGET zcopy_bench NP 3
   ARGS -c alltoall_between --check --vary -b 8 -e 64K -f 8 -n 3 -w 1
        --no-progress LABELS bench)
@@ -34,7 +35,7 @@ set_tests_properties(bench.check.between.corrupt_fails.np2 PROPERTIES
   WILL_FAIL TRUE)
 set_tests_properties(bench.check.between.corrupt_counts.np2 PROPERTIES
   PASS_REGULAR_EXPRESSION
-  "elements of the empty block from rank [01] were written.*# errors: [1-9]")
+  "elements of the empty block from rank [01] were written")
 
 # Calls back to back, each followed by MPI_Barrier (--timing osu) instead
 # of the bench's own barrier before it: every call starts as the ranks

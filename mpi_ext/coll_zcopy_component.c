@@ -270,13 +270,14 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->one_per_server_min);
     zcopy_register_bool("one_per_server_moves",
         "On a communicator that spans servers with one rank on each, "
-        "whether zcopy itself runs allgather, allgatherv, alltoall and "
-        "alltoallv. false: they go to the previous component at every "
-        "size, counted as a fallback: with nothing shared inside a server, "
-        "zcopy sends the same bytes over the same network as stock's "
-        "algorithms and adds its agreement (docs/parameters.md). The other "
-        "collectives stay with zcopy from coll_zcopy_one_per_server_min. "
-        "Same value on every rank",
+        "whether zcopy itself runs the allgathers and alltoalls whose "
+        "payloads do not ride with the arrival (beyond "
+        "coll_zcopy_span_inline_max; allgatherv and alltoallv always). "
+        "false: they go to the previous component, counted as a fallback: "
+        "with nothing shared inside a server, zcopy sends the same bytes "
+        "over the same network as stock's algorithms and adds its "
+        "agreement (docs/parameters.md). Every other call stays with zcopy "
+        "from coll_zcopy_one_per_server_min. Same value on every rank",
         OPAL_INFO_LVL_9, &c->one_per_server_moves);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "

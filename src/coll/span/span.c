@@ -1044,6 +1044,29 @@ static bool span_source_stays(const zcopy_coll_args_t *a)
            a->type == ZCOPY_COLL_GATHER || a->sbuf != MPI_IN_PLACE;
 }
 
+/* Bytes of payload that ride with @a's arrival, 0 where its data moves
+ * after it; fills @pl. The same decision on every rank: from arguments
+ * MPI makes agree and parameters agreed at set-up. */
+static size_t span_payload(const zcopy_comm_t *zc, const zcopy_span_t *sp,
+                           const zcopy_coll_args_t *a,
+                           zcopy_span_payload_t *pl)
+{
+    size_t total = zcopy_coll_inline_bytes(zc, a, span_inline_limit(sp, a));
+
+    if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
+        pl->root = a->root;
+    if (a->type == ZCOPY_COLL_REDUCE || a->type == ZCOPY_COLL_GATHER)
+        pl->reader = a->root;
+    pl->len = total;
+    if (!zcopy_span_payload_fits(sp, pl, span_inline_room(a)))
+        total = pl->len = 0;
+    /* Each rank reads one block of these payloads: where blocks are
+     * split, leaders send each server only its ranks' (plane.c). */
+    if (zcopy_coll_payload_is_blocks(a->type))
+        pl->block = total / (size_t)sp->nranks;
+    return total;
+}
+
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_span_t *sp = zc->span;
@@ -1051,10 +1074,11 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
                              .nranks = zc->size,
                              .comp = ZCOPY_UCX_COMP_INIT };
     zcopy_span_payload_t pl = { .root = -1, .reader = -1 };
+    const size_t inline_total = span_payload(zc, sp, a, &pl);
+    const char *handed = zcopy_span_hands_over(zc, a, inline_total > 0);
     zcopy_span_desc_t mine;
     const void *src = NULL;
-    size_t inline_total, len = 0;
-    const char *handed = zcopy_span_hands_over(zc, a);
+    size_t len = 0;
     coll_plan_t plan;
 
     if (handed != NULL)
@@ -1068,20 +1092,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
             at += (size_t)a->rcounts[r];
         }
     }
-    /* The same decision on every rank: from arguments MPI makes agree
-     * and a parameter agreed at set-up. */
-    inline_total = zcopy_coll_inline_bytes(zc, a, span_inline_limit(sp, a));
-    if (a->type == ZCOPY_COLL_BCAST || a->type == ZCOPY_COLL_SCATTER)
-        pl.root = a->root;
-    if (a->type == ZCOPY_COLL_REDUCE || a->type == ZCOPY_COLL_GATHER)
-        pl.reader = a->root;
-    pl.len = inline_total;
-    if (!zcopy_span_payload_fits(sp, &pl, span_inline_room(a)))
-        inline_total = pl.len = 0;
-    /* Each rank reads one block of these payloads: where blocks are
-     * split, leaders send each server only its ranks' (plane.c). */
-    if (zcopy_coll_payload_is_blocks(a->type))
-        pl.block = inline_total / (size_t)sp->nranks;
     span_describe(zc, a, &plan, inline_total, &mine);
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);

@@ -206,30 +206,35 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
 }
 
 /* With one rank of the communicator on each server nothing is shared
- * inside a server. An allgather or alltoall then sends the bytes stock's
- * algorithms send, over the same network, plus zcopy's agreement and its
- * reads' requests or pushes' rendezvous: it goes to the previous
- * component at every size, unless coll_zcopy_one_per_server_moves (2
- * servers of 1 rank over tcp, 11 interleaved jobs of 100 calls of 1 MiB:
- * allgather's fastest job 211 us against tuned's 122, alltoall's 216
- * against 188; docs/parameters.md). bcast and scatter stay: in the jobs
- * where reads from the root run at the faster of their two speeds they
- * beat tuned's sends (bcast of 4 MiB 1293-1360 us against 1624-1861).
- * A small call's messages are stock's own plus the agreement, and a
- * rooted call's root waits for every arrival where stock's root sends
- * and leaves: calls of fewer than coll_zcopy_one_per_server_min bytes per
- * rank, and barriers, go there too. Returns the reason, NULL where zcopy
- * takes the call. Each rank decides alone: the type and sizes agree on
- * every rank (sizes of fixed forms only; a v-form's sizes are its
- * root's), the layout and the parameters are agreed at set-up. */
+ * inside a server. An allgather or alltoall whose payloads do not ride
+ * with the arrival (@carried: coll_zcopy_span_inline_max; never a
+ * v-form's) then sends the bytes stock's algorithms send, over the same
+ * network, plus zcopy's agreement and its reads' requests or pushes'
+ * rendezvous: it goes to the previous component, unless
+ * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp, 11
+ * interleaved jobs of 100 calls: medians 0.80x-0.87x of tuned's at 1 and
+ * 4 MiB). Carried, one round beats stock's rendezvous (1.15x-2.36x from 8
+ * to 512 KiB; docs/parameters.md). bcast and scatter stay whatever their
+ * size: in the jobs where reads from the root run at the faster of their
+ * two speeds they beat tuned's sends (bcast of 4 MiB 1293-1360 us
+ * against 1624-1861). A small call's messages are stock's own plus the
+ * agreement, and a rooted call's root waits for every arrival where
+ * stock's root sends and leaves: calls of fewer than
+ * coll_zcopy_one_per_server_min bytes per rank, and barriers, go there
+ * too. Returns the reason, NULL where zcopy takes the call. Each rank
+ * decides alone: the type, the sizes of fixed forms and whether payloads
+ * ride agree on every rank, the layout and the parameters are agreed at
+ * set-up. */
 static inline const char *zcopy_span_hands_over(const zcopy_comm_t *zc,
-                                                const zcopy_coll_args_t *a)
+                                                const zcopy_coll_args_t *a,
+                                                bool carried)
 {
     const size_t min = zcopy_config.one_per_server_min;
 
     if (zc->span->ngroups != zc->span->nranks)
         return NULL;
-    if (!zcopy_config.one_per_server_moves && zcopy_span_only_moves(a->type))
+    if (!zcopy_config.one_per_server_moves && !carried &&
+        zcopy_span_only_moves(a->type))
         return "one rank per server: stock moves the same bytes";
     if (min > 0 && (a->type == ZCOPY_COLL_BARRIER ||
                     zcopy_coll_block_bytes(zc, a) < min))
