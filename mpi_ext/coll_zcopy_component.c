@@ -271,7 +271,7 @@ static int zcopy_register(void)
     zcopy_register_bool("one_per_server_moves",
         "On a communicator that spans servers with one rank on each, "
         "whether zcopy itself runs the allgathers and alltoalls whose "
-        "payloads do not ride with the arrival (beyond "
+        "payloads do not ride with the arrival (see "
         "coll_zcopy_span_inline_max; allgatherv and alltoallv always). "
         "false: they go to the previous component, counted as a fallback: "
         "with nothing shared inside a server, zcopy sends the same bytes "

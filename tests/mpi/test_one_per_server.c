@@ -13,7 +13,7 @@
  *                               with the small calls' reason and no
  *                               control message; from the limit every
  *                               one runs zero-copy, but allgather and
- *                               alltoall of 512 KiB per rank (beyond
+ *                               alltoall of 512 KiB per block (beyond
  *                               what rides with the arrival), handed over
  *                               with the reason of data that only moves;
  *                               allgatherv and alltoallv (never carried)
@@ -24,6 +24,9 @@
  *                               agree through the control plane) always
  *   test_one_per_server shared  a server holds two ranks: every size runs
  *                               zero-copy
+ *
+ * Either way an alltoall in place of 512 KiB per block is the fallback's
+ * (not carried, in place across servers: span.c), after the arrival.
  *
  * Every rank checks every result and each call's path from the
  * statistics. Rooted calls run from every root, in place and not; a root
@@ -37,8 +40,10 @@
 
 #define SMALL_REASON "small call, one rank per server"
 #define INPLACE_REASON "in place across servers"
-/* 512 KiB per rank: beyond what rides with an arrival
- * (coll_zcopy_span_inline_max, 256 KiB by default). */
+/* 512 KiB per block (an allgather's rank, an alltoall's pair of ranks, so
+ * n times that per rank): beyond what rides with an arrival
+ * (coll_zcopy_span_inline_max, 256 KiB by default; twice that per rank
+ * for alltoall). */
 #define BIG_INTS (131072)
 #define MOVES_REASON "one rank per server: stock moves the same bytes"
 
@@ -358,7 +363,7 @@ static void run_round(int ints, const char *sized, const char *moved,
 int main(int argc, char **argv)
 {
     const char *small, *moved;
-    unsigned long limit;
+    unsigned long limit, inline_max;
     int call = 0, below, at, moves;
     bool lone;
 
@@ -375,10 +380,12 @@ int main(int argc, char **argv)
     moves = zt_cvar_bool("coll_zcopy_one_per_server_moves", -1);
     zt_require(moves == 0 || moves == 1, "coll_zcopy_one_per_server_moves "
                "readable");
-    zt_require(zt_cvar_ulong("coll_zcopy_span_inline_max", 0) <=
-                   BIG_INTS * sizeof(int) / 2,
-               "coll_zcopy_span_inline_max of at most 256 KiB, so that 512 KiB "
-               "per rank moves after the arrival");
+    inline_max = zt_cvar_ulong("coll_zcopy_span_inline_max", 0);
+    zt_require(inline_max <= BIG_INTS * sizeof(int) / 2 &&
+                   inline_max >= limit * (unsigned long)nranks,
+               "coll_zcopy_span_inline_max between the calls at the limit "
+               "(which must ride with the arrival) and 256 KiB (so that 512 "
+               "KiB per block moves after it)");
     small = lone ? SMALL_REASON : NULL;
     moved = lone && !moves ? MOVES_REASON : NULL;
     below = (int)(limit / sizeof(int)) - 1;

@@ -211,10 +211,10 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
  * v-form's) then sends the bytes stock's algorithms send, over the same
  * network, plus zcopy's agreement and its reads' requests or pushes'
  * rendezvous: it goes to the previous component, unless
- * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp, 11
- * interleaved jobs of 100 calls: medians 0.80x-0.87x of tuned's at 1 and
- * 4 MiB). Carried, one round beats stock's rendezvous (1.15x-2.36x from 8
- * to 512 KiB; docs/parameters.md). bcast and scatter stay whatever their
+ * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp: medians
+ * 0.65x-0.90x of tuned's at 1-4 MiB in four sets of interleaved jobs out
+ * of five). Carried, one round beats stock's rendezvous (1.02x-2.49x from
+ * 8 to 512 KiB in all sets but one; docs/parameters.md). bcast and scatter stay whatever their
  * size: in the jobs where reads from the root run at the faster of their
  * two speeds they beat tuned's sends (bcast of 4 MiB 1293-1360 us
  * against 1624-1861). A small call's messages are stock's own plus the
