@@ -214,10 +214,11 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
  * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp: medians
  * 0.65x-0.90x of tuned's at 1-4 MiB in four sets of interleaved jobs out
  * of five). Carried, one round beats stock's rendezvous (1.02x-2.49x from
- * 8 to 512 KiB in all sets but one; docs/parameters.md). bcast and scatter stay whatever their
- * size: in the jobs where reads from the root run at the faster of their
- * two speeds they beat tuned's sends (bcast of 4 MiB 1293-1360 us
- * against 1624-1861). A small call's messages are stock's own plus the
+ * 8 to 512 KiB in all sets but one; docs/parameters.md). bcast and
+ * scatter stay whatever their size: in the jobs where reads from the root
+ * run at the faster of their two speeds, bcast beat tuned's sends (4 MiB:
+ * 1293-1360 us against 1624-1861), and scatter did at 4 MiB (704-751
+ * against 811-871). A small call's messages are stock's own plus the
  * agreement, and a rooted call's root waits for every arrival where
  * stock's root sends and leaves: calls of fewer than
  * coll_zcopy_one_per_server_min bytes per rank, and barriers, go there
