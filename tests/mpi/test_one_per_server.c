@@ -186,20 +186,27 @@ static void run_allgather(int ints, bool in_place, const char *want, int call)
         check_block("allgather", ints, -1, recv + ints * j, ints, j, 0, call);
 }
 
+/* A v-form's arguments for @ints per rank, blocks in rank order, in the
+ * arena (@counts, then @displs). */
+static void v_blocks(int ints, int **counts, int **displs)
+{
+    *counts = take((size_t)nranks);
+    *displs = take((size_t)nranks);
+    for (int j = 0; j < nranks; j++) {
+        (*counts)[j] = ints;
+        (*displs)[j] = ints * j;
+    }
+}
+
 /* Never handed over for its size, which only the control plane makes
  * agree; handed over as data that only moves (@want). */
 static void run_allgatherv(int ints, const char *want, int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)(ints * nranks));
-    int *counts = malloc(sizeof(int) * (size_t)nranks);
-    int *displs = malloc(sizeof(int) * (size_t)nranks);
+    int *counts, *displs;
     MPIX_Zcopy_stats b;
 
-    zt_require(counts && displs, "malloc");
-    for (int j = 0; j < nranks; j++) {
-        counts[j] = ints;
-        displs[j] = ints * j;
-    }
+    v_blocks(ints, &counts, &displs);
     fill(send, ints, rank, call);
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Allgatherv(send, ints, MPI_INT, recv, counts, displs, MPI_INT,
@@ -207,8 +214,6 @@ static void run_allgatherv(int ints, const char *want, int call)
     check_path("allgatherv", -1, ints, &b, want);
     for (int j = 0; j < nranks; j++)
         check_block("allgatherv", ints, -1, recv + ints * j, ints, j, 0, call);
-    free(counts);
-    free(displs);
 }
 
 static void run_bcast(int ints, int root, const char *want, int call)
@@ -295,15 +300,10 @@ static void run_alltoallv(int ints, const char *want, int call)
 {
     const int all = ints * nranks;
     int *send = take((size_t)all), *recv = take((size_t)all);
-    int *counts = malloc(sizeof(int) * (size_t)nranks);
-    int *displs = malloc(sizeof(int) * (size_t)nranks);
+    int *counts, *displs;
     MPIX_Zcopy_stats b;
 
-    zt_require(counts && displs, "malloc");
-    for (int j = 0; j < nranks; j++) {
-        counts[j] = ints;
-        displs[j] = ints * j;
-    }
+    v_blocks(ints, &counts, &displs);
     fill(send, all, rank, call);
     b = zt_stats(MPI_COMM_WORLD);
     MPI_Alltoallv(send, counts, displs, MPI_INT, recv, counts, displs,
@@ -312,8 +312,6 @@ static void run_alltoallv(int ints, const char *want, int call)
     for (int j = 0; j < nranks; j++)
         check_block("alltoallv", ints, -1, recv + ints * j, ints, j,
                     ints * rank, call);
-    free(counts);
-    free(displs);
 }
 
 static void run_barrier(const char *want)
