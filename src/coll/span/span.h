@@ -214,7 +214,7 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
  * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp: medians
  * 0.65x-0.90x of tuned's at 1-4 MiB in four sets of interleaved jobs out
  * of five). Carried, one round beats stock's rendezvous (1.02x-2.49x from
- * 8 to 512 KiB in all sets but one; docs/parameters.md). bcast and
+ * 8 to 512 KiB in all sets but two; docs/parameters.md). bcast and
  * scatter stay whatever their size: in the jobs where reads from the root
  * run at the faster of their two speeds, bcast beat tuned's sends (4 MiB:
  * 1293-1360 us against 1624-1861), and scatter did at 4 MiB (704-751
