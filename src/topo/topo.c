@@ -283,7 +283,7 @@ zcopy_status_t zcopy_topo_nearest_device(zcopy_mem_kind_t kind,
 {
     const zcopy_topo_device_t *devices = NULL;
     const topo_state_t *s;
-    hwloc_bitmap_t binding;
+    hwloc_bitmap_t binding = NULL;
     int count = 0;
 
     if (os_index_p == NULL)
@@ -329,7 +329,7 @@ static hwloc_obj_t last_cache_above(hwloc_topology_t hw,
 
 zcopy_status_t zcopy_topo_last_cache(zcopy_topo_cache_t *cache)
 {
-    hwloc_bitmap_t binding;
+    hwloc_bitmap_t binding = NULL;
     const topo_state_t *s;
     hwloc_obj_t c;
     int cores;
