@@ -164,7 +164,8 @@ static void zcopy_register_ucx_fetch(mca_coll_zcopy_component_t *c)
         "over tcp, and pml for reads of at least coll_zcopy_ucx_p2p_min "
         "bytes (except from a bcast's or scatter's root, and under "
         "MPI_THREAD_MULTIPLE); under auto, an alltoall's blocks of at least "
-        "coll_zcopy_ucx_push_min bytes are sent rather than read. Must be "
+        "coll_zcopy_ucx_push_min bytes, and an alltoallv's, are sent "
+        "rather than read. Must be "
         "the same on every rank (checked at set-up)",
         &c->ucx_fetch);
 }
@@ -332,14 +333,16 @@ static int zcopy_register(void)
         "never does",
         OPAL_INFO_LVL_6, &c->ucx_p2p_min);
     zcopy_register_ulong("ucx_push_min",
-        "Bytes of one block of an alltoall or alltoallv from which "
+        "Bytes of one block of an alltoall from which "
         "coll_zcopy_ucx_fetch auto sends the block between servers through "
         "Open MPI's point-to-point engine, from the sender's activated "
         "buffer into the receiver's, with no request first, where no "
         "rank's UCX get is real (tcp, shared memory) and some server has "
         "several of the communicator's ranks; smaller blocks are read as "
-        "coll_zcopy_ucx_fetch says. Must be the same on every rank "
-        "(checked at set-up); 0 never does",
+        "coll_zcopy_ucx_fetch says. An alltoallv's blocks between servers "
+        "all go so there, whatever their size. Must be the same on every "
+        "rank (checked at set-up); 0 never does (alltoallv's blocks are "
+        "then read too)",
         OPAL_INFO_LVL_6, &c->ucx_push_min);
     zcopy_register_transport(c);
     zcopy_register_ucx_fetch(c);

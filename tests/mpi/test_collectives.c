@@ -1208,8 +1208,9 @@ typedef struct {
                                  through the point-to-point engine */
     uint64_t p2p;             /* of which the latter */
     uint64_t pushed;          /* alltoall(v) where auto pushes: bytes of
-                                 the blocks of push_min or more this rank
-                                 receives from other servers */
+                                 the blocks this rank receives from other
+                                 servers, an alltoall's of push_min or
+                                 more, every one of an alltoallv's */
     uint64_t reason_hash;     /* of last_fallback_reason; 0 for zero-copy */
 } log_entry_t;
 
@@ -1593,7 +1594,8 @@ static void run_case(phase_t *ph, int coll, const type_desc_t *type,
                                 : coll == C_ALLTOALLV ? (size_t)c.counts[j]
                                                       : 0) * c.type->extent;
 
-        if (ph->server[j] != ph->server[c.rank] && bytes >= push_min)
+        if (ph->server[j] != ph->server[c.rank] &&
+            (coll == C_ALLTOALLV || bytes >= push_min))
             e->pushed += bytes;
     }
     e->ucx = after.ucx_bytes - before.ucx_bytes + e->p2p;
@@ -1627,7 +1629,7 @@ static void check_ucx_per_collective(const phase_t *ph, const uint64_t *ucx)
 
 /* Where auto pushes (ph->pushes): an alltoall whose blocks went through
  * the point-to-point engine (all of them or none: one size), or an
- * alltoallv, whose blocks of either kind may have. */
+ * alltoallv, whose blocks all go so whatever their size. */
 static bool pushable(const phase_t *ph, const log_entry_t *e)
 {
     return ph->pushes && (e->coll == C_ALLTOALLV ||
@@ -1640,9 +1642,9 @@ static bool pushable(const phase_t *ph, const log_entry_t *e)
  * between servers moved some that way (puts stay UCX's, and a phase may
  * move its data by puts alone only if it has no read: none here). Under
  * auto, where servers have several ranks, alltoall blocks of
- * coll_zcopy_ucx_push_min or more are pushed through it instead of read:
- * every such call that ran zero-copy received exactly its blocks from
- * other servers that way, summed over the ranks. */
+ * coll_zcopy_ucx_push_min or more, and every alltoallv block, are pushed
+ * through it instead of read: every such call that ran zero-copy received
+ * exactly its blocks from other servers that way, summed over the ranks. */
 static void check_p2p_phase(const phase_t *ph)
 {
     uint64_t mine = 0, p2p = 0, between = 0, all = 0;
@@ -1652,17 +1654,14 @@ static void check_p2p_phase(const phase_t *ph)
         const log_entry_t *e = &ph->log[i];
 
         if (pushable(ph, e)) {
-            /* alltoallv's smaller blocks may be read through the engine
-             * too, under span-p2p. */
-            if (e->coll == C_ALLTOALLV && expect_p2p)
-                continue;
             v[0] = e->p2p;
             v[1] = e->zcopy && !e->inlined ? e->pushed : 0;
             MPI_Allreduce(v, sum, 2, MPI_UINT64_T, MPI_SUM, ph->comm);
             ZT_CHECK(sum[0] == sum[1], "%s: %" PRIu64 " bytes through the "
                      "point-to-point engine, %" PRIu64 " expected: every "
-                     "block of coll_zcopy_ucx_push_min (%lu) bytes or more "
-                     "between servers pushed", e->desc, sum[0], sum[1],
+                     "alltoallv block and every alltoall block of "
+                     "coll_zcopy_ucx_push_min (%lu) bytes or more between "
+                     "servers pushed", e->desc, sum[0], sum[1],
                      push_min);
             continue;
         }

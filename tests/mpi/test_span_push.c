@@ -21,7 +21,11 @@
  * RoCE device, UCX may get for real and zcopy reads instead of pushing:
  * then nothing is pushed and the sync spans the servers.
  *
- * Each alltoall is followed at once by an allreduce, so that a server
+ * Alltoallv's blocks between servers are all pushed, down to blocks of 3
+ * ints, so their displacements stay inside each server too: a rank sends
+ * no message through the previous component.
+ *
+ * Each alltoall(v) is followed at once by an allreduce, so that a server
  * that leaves the alltoall early sends its next arrival while another is
  * still inside: in turn on activated memory (a zero-copy arrival) and on
  * the stack (every rank declines, and each server settles the arrival
@@ -38,17 +42,19 @@ static int rank, nranks;
 static bool pushes;             /* no host has an RDMA device */
 
 /* This rank's server: how many ranks it has, whether this rank leads it
- * (its lowest rank), and how many servers there are. */
+ * (its lowest rank), and how many servers there are; and by rank, the
+ * lowest rank of its server. */
 typedef struct {
     int size;
     bool leader;
     int count;
+    int *lowest;
 } server_t;
 
 static server_t server_of(bool apart)
 {
     server_t s;
-    int leaders;
+    int leaders, mine;
 
     if (apart) {
         MPI_Comm host;
@@ -59,6 +65,7 @@ static server_t server_of(bool apart)
         MPI_Comm_size(host, &s.size);
         MPI_Comm_rank(host, &local);
         s.leader = local == 0;
+        MPI_Allreduce(&rank, &mine, 1, MPI_INT, MPI_MIN, host);
         MPI_Comm_free(&host);
     } else { /* consecutive blocks of ranks, as zcopy splits a host */
         const int v = zt_cvar_int("coll_zcopy_virtual_servers", 1);
@@ -67,7 +74,11 @@ static server_t server_of(bool apart)
 
         s.size = first + per <= nranks ? per : nranks - first;
         s.leader = rank == first;
+        mine = first;
     }
+    s.lowest = malloc((size_t)nranks * sizeof(int));
+    zt_require(s.lowest != NULL, "out of memory");
+    MPI_Allgather(&mine, 1, MPI_INT, s.lowest, 1, MPI_INT, MPI_COMM_WORLD);
     leaders = s.leader;
     MPI_Allreduce(&leaders, &s.count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     return s;
@@ -130,6 +141,90 @@ static void run_alltoall(const server_t *s, bool apart, int *send, int *recv,
                    : "servers on one host: the last sync spans them");
 }
 
+/* Ints in the alltoallv block rank @from sends rank @to in call @call:
+ * none, 3 (below coll_zcopy_ucx_push_min), 1024 or 1500, by pair. */
+static int v_ints(int from, int to, int call)
+{
+    static const int sizes[] = { 0, 3, 1024, 1500 };
+
+    return sizes[(from * 7 + to * 3 + call) % 4];
+}
+
+#define V_SEND_GAP 5 /* ints between send blocks, which go in reverse */
+#define V_RECV_GAP 3 /* ints after each received block, left as they were */
+
+/* An alltoallv whose blocks between servers are pushed whatever their
+ * size, down to 3 ints: no rank reads a block of another server, so its
+ * displacements stay inside its server (no message through the previous
+ * component) and, servers apart, so does the last sync. */
+static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
+                          int call)
+{
+    const unsigned long long others = (unsigned long long)s->count - 1;
+    int scounts[nranks], sdispls[nranks], rcounts[nranks], rdispls[nranks];
+    unsigned long long want_p2p = 0, want_msgs, msgs, p2p;
+    MPIX_Zcopy_stats b, a;
+    int at = 0;
+
+    for (int to = nranks - 1; to >= 0; to--) {
+        scounts[to] = v_ints(rank, to, call);
+        sdispls[to] = at;
+        for (int i = 0; i < scounts[to]; i++)
+            send[at + i] = value(rank, to, i, call);
+        at += scounts[to] + V_SEND_GAP;
+    }
+    at = 0;
+    for (int from = 0; from < nranks; from++) {
+        rcounts[from] = v_ints(from, rank, call);
+        rdispls[from] = at;
+        at += rcounts[from] + V_RECV_GAP;
+    }
+    for (int i = 0; i < at; i++)
+        recv[i] = -1;
+    b = zt_stats(MPI_COMM_WORLD);
+    MPI_Alltoallv(send, scounts, sdispls, MPI_INT, recv, rcounts, rdispls,
+                  MPI_INT, MPI_COMM_WORLD);
+    a = zt_stats(MPI_COMM_WORLD);
+    for (int from = 0; from < nranks; from++) {
+        const int *got = recv + rdispls[from];
+        long bad;
+
+        ZT_FIND_BAD(bad, got, (size_t)rcounts[from],
+                    value(from, rank, (int)i, call));
+        ZT_CHECK(bad < 0, "alltoallv %d: rank %d, element %ld of the %d "
+                 "from rank %d is %d", call, rank, bad, rcounts[from], from,
+                 bad < 0 ? 0 : got[bad]);
+        ZT_FIND_BAD(bad, got + rcounts[from], (size_t)V_RECV_GAP, -1);
+        ZT_CHECK(bad < 0, "alltoallv %d: rank %d: the gap after rank %d's "
+                 "block was written", call, rank, from);
+        if (s->lowest[from] != s->lowest[rank])
+            want_p2p += (unsigned long long)rcounts[from] * sizeof(int);
+    }
+    ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
+                 a.fallback_calls == b.fallback_calls &&
+                 a.inline_calls == b.inline_calls,
+             "alltoallv %d: rank %d: not one zero-copy call through "
+             "transfers (zcopy %llu, fallback %llu, inline %llu; %s)", call,
+             rank, (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
+             (unsigned long long)(a.fallback_calls - b.fallback_calls),
+             (unsigned long long)(a.inline_calls - b.inline_calls),
+             a.last_fallback_reason);
+    p2p = a.p2p_bytes - b.p2p_bytes;
+    ZT_CHECK(p2p == (pushes ? want_p2p : 0),
+             "alltoallv %d: rank %d received %llu bytes as pushes, expected "
+             "%llu (%s)", call, rank, p2p, pushes ? want_p2p : 0,
+             pushes ? "every block from another server, small ones too"
+                    : "none: a host has RDMA");
+    /* As the alltoall's; without pushes, the displacements go to every
+     * other rank through the previous component. */
+    want_msgs = 2 + (s->leader ? others * (apart && pushes ? 1 : 2) : 0) +
+                (pushes ? 0 : (unsigned long long)nranks - 1);
+    msgs = a.ctl_msgs - b.ctl_msgs;
+    ZT_CHECK(msgs == want_msgs, "alltoallv %d: rank %d (%s) sent %llu "
+             "control messages, expected %llu", call, rank,
+             s->leader ? "a leader" : "not a leader", msgs, want_msgs);
+}
+
 /* Right after the alltoall: the sum of every rank's (rank + call), in
  * @buf (two ints). */
 static void run_allreduce(int *buf, int call)
@@ -181,7 +276,10 @@ int main(int argc, char **argv)
     for (int call = 0; call < CALLS; call++) {
         run_alltoall(&s, apart, send, recv, 1024 + 512 * (call % 3), call);
         run_allreduce(call % 2 ? stack : pair, call);
+        run_alltoallv(&s, apart, send, recv, call);
+        run_allreduce(call % 2 ? pair : stack, call);
     }
     zt_arena_fini(&arena);
+    free(s.lowest);
     return zt_finish();
 }

@@ -621,11 +621,48 @@ static size_t alltoall_received(const zcopy_span_algo_t *sa, int j,
     return (size_t)a->rcounts[j] * sa->rsize;
 }
 
-/* A block between groups large enough to be pushed (zcopy_span_pushes):
- * its length, else 0. Both ranks of the pair answer alike. */
+/* Whether every block between groups is pushed: an alltoall's are one
+ * size, an alltoallv's all go (zcopy_span_pushes_all). The same answer on
+ * every rank. */
+static bool alltoall_pushes_all(const zcopy_span_algo_t *sa)
+{
+    const zcopy_coll_args_t *a = sa->a;
+
+    if (a->type == ZCOPY_COLL_ALLTOALLV)
+        return zcopy_span_pushes_all(sa->sp);
+    return zcopy_span_pushes(sa, a->scount * sa->ssize);
+}
+
+/* A block between groups that is pushed: its length, else 0 (an
+ * alltoall's of at least coll_zcopy_ucx_push_min bytes, every one of an
+ * alltoallv's where they go so). Both ranks of the pair answer alike. */
 static size_t alltoall_pushed(const zcopy_span_algo_t *sa, int j, size_t len)
 {
-    return !same_group(sa, j) && zcopy_span_pushes(sa, len) ? len : 0;
+    if (same_group(sa, j))
+        return 0;
+    if (sa->a->type == ZCOPY_COLL_ALLTOALLV)
+        return zcopy_span_pushes_all(sa->sp) ? len : 0;
+    return zcopy_span_pushes(sa, len) ? len : 0;
+}
+
+/* One step of pushes (zcopy_span_push), in parts the point-to-point engine
+ * can count (an alltoallv's block may pass 2 GiB); the receiver cuts its
+ * block where the sender does, and the engine keeps their order. */
+static void alltoall_push(zcopy_span_algo_t *sa, int from, uint8_t *dst,
+                          size_t rlen, int to, const uint8_t *src, size_t slen)
+{
+    do {
+        size_t r = rlen < ZCOPY_SPAN_PUSH_PART_MAX ? rlen
+                                                   : ZCOPY_SPAN_PUSH_PART_MAX;
+        size_t s = slen < ZCOPY_SPAN_PUSH_PART_MAX ? slen
+                                                   : ZCOPY_SPAN_PUSH_PART_MAX;
+
+        zcopy_span_push(sa, from, dst, r, to, src, s);
+        dst += r;
+        src += s;
+        rlen -= r;
+        slen -= s;
+    } while (rlen + slen > 0);
 }
 
 /* Large blocks between groups first, pushed in steps of distance (see
@@ -645,8 +682,8 @@ zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
 
         rlen = alltoall_pushed(sa, from, alltoall_received(sa, from, &roff));
         slen = alltoall_pushed(sa, to, alltoall_sent(sa, to, &soff));
-        zcopy_span_push(sa, from, out + roff, rlen, to,
-                        (const uint8_t *)a->sbuf + soff, slen);
+        alltoall_push(sa, from, out + roff, rlen, to,
+                      (const uint8_t *)a->sbuf + soff, slen);
     }
     for (int k = 0; k < n; k++) {
         const int j = (me + k) % n; /* spread the sources */
@@ -661,15 +698,14 @@ zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
     /* Where every block between groups was pushed, nobody outside the
      * group reads or writes this rank's buffers once its pushes are done:
      * only its group waits for its readers, and no message goes between
-     * servers. Every rank knows: an alltoall's blocks are one size
-     * everywhere (not a v-form's), and the layout is agreed at set-up.
+     * servers. Every rank knows (alltoall_pushes_all), and the layout is
+     * agreed at set-up.
      * Not where groups share a host's cores: a group that left early
      * competes there for the CPUs of one still copying (alltoall of 1
      * MiB, medians of 5 interleaved jobs: 2 virtual servers of 2 ranks
      * 271 us against 228 with the full sync; 2 emulated servers of 2
      * ranks, 9 jobs, 632 against 738; src/ucx/README.md). */
-    if (!v && !sa->sp->hosts_shared &&
-        zcopy_span_pushes(sa, a->scount * sa->ssize))
+    if (!sa->sp->hosts_shared && alltoall_pushes_all(sa))
         return span_finish_group(sa);
     return span_finish(sa);
 }

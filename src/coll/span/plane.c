@@ -15,6 +15,9 @@
  *                 bytes per member, then (for a small collective) a slot
  *                 per member with its payload, or the root's alone
  *                 (zcopy_span_group_base)
+ *   last          a row per member of its alltoallv displacements for
+ *                 the other members (zcopy_span_group_displs), which
+ *                 never leave the group
  * A member writes its arrival (and payload) into its place and enters the
  * round (a leader alone in its group sends its payload from its own
  * buffer instead: plane_sends_from_source); the leader waits for every
@@ -164,6 +167,23 @@ static size_t plane_area_size(const zcopy_span_t *sp)
     return (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE + sp->payload_size;
 }
 
+/* Bytes of the displacement rows: a group's members squared. */
+static size_t plane_displs_size(const zcopy_span_t *sp)
+{
+    const size_t m = (size_t)zcopy_span_group_size(sp, sp->group[sp->rank]);
+
+    return zcopy_align_up(m * m * sizeof(int64_t), ZCOPY_CACHE_LINE);
+}
+
+int64_t *zcopy_span_group_displs(const zcopy_span_t *sp, int index)
+{
+    const size_t m = (size_t)zcopy_span_group_size(sp, sp->group[sp->rank]);
+    uint8_t *rows = sp->plane + plane_lines(sp) * ZCOPY_CACHE_LINE +
+                    2 * plane_area_size(sp);
+
+    return (int64_t *)(void *)rows + (size_t)index * m;
+}
+
 static uint8_t *plane_area(const zcopy_span_t *sp, uint64_t arrival)
 {
     return sp->plane + plane_lines(sp) * ZCOPY_CACHE_LINE +
@@ -302,7 +322,7 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
         sp->yield = zcopy_wait_yields(cpus, gsize, sp->index[sp->rank]);
         sp->payload_size = plane_payload_size(sp->nranks);
         sp->plane_size = plane_lines(sp) * ZCOPY_CACHE_LINE +
-                         2 * plane_area_size(sp);
+                         2 * plane_area_size(sp) + plane_displs_size(sp);
     }
     if (st == ZCOPY_SUCCESS && sp->rank == sp->leader) {
         st = zcopy_memfd_segment("zcopy-span-plane", sp->plane_size,

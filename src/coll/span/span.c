@@ -634,14 +634,18 @@ static void span_read_p2p(zcopy_span_algo_t *sa, int r, uint64_t addr,
  * servers of 2 ranks 491 and 291-307). With one rank per server the reads
  * won (2 servers of 1: 316 us read, 376-416 pushed; at 4 MiB 1112 against
  * 1442-1468): a read's eager answer needs no rendezvous. */
+bool zcopy_span_pushes_all(const zcopy_span_t *sp)
+{
+    return sp->max_group > 1 &&
+           zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_AUTO &&
+           zcopy_config.ucx_push_min > 0 && sp->gets_emulated &&
+           zcopy_host.p2p_isend != NULL && zcopy_host.comm_cid != NULL;
+}
+
 bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len)
 {
-    return sa->sp->max_group > 1 &&
-           zcopy_config.ucx_fetch == ZCOPY_UCX_FETCH_AUTO &&
-           zcopy_config.ucx_push_min > 0 &&
-           len >= zcopy_config.ucx_push_min && len <= INT_MAX &&
-           sa->sp->gets_emulated && zcopy_host.p2p_isend != NULL &&
-           zcopy_host.comm_cid != NULL;
+    return zcopy_span_pushes_all(sa->sp) &&
+           len >= zcopy_config.ucx_push_min && len <= INT_MAX;
 }
 
 /* Starts one part of a push whatever failed before: its partner waits
@@ -940,18 +944,47 @@ static void span_describe(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
         d->xblock = zc->span->scratch;
 }
 
-/* alltoallv: each rank learns where its block starts in every peer's send
- * buffer (only the owner's sdispls say so), once all have agreed to run
- * zero-copy. Through the previous component's alltoall: a message per
- * other rank, the one per-call exchange that grows with the ranks (data of
- * an alltoallv does too); a rank that waits there still serves its peers'
- * reads through Open MPI's progress loop. */
-static int span_exchange_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
-                                 const zcopy_coll_args_t *a, size_t ssize)
+/* Byte where this rank's block for @j starts in its send buffer. */
+static int64_t span_sdispl(const zcopy_coll_args_t *a, size_t ssize, int j)
 {
+    return a->sbuf == MPI_IN_PLACE ? 0
+                                   : (int64_t)a->sdispls[j] * (int64_t)ssize;
+}
+
+/* alltoallv, where every block between groups is pushed: this rank's
+ * displacements for its group's members, in its row of the group's
+ * segment, before its arrival (zcopy_span_group_displs). */
+static void span_publish_sdispls(zcopy_span_t *sp, const zcopy_coll_args_t *a,
+                                 size_t ssize)
+{
+    const int g = sp->group[sp->rank];
+    int64_t *row = zcopy_span_group_displs(sp, sp->index[sp->rank]);
+
+    for (int i = 0; i < zcopy_span_group_size(sp, g); i++)
+        row[i] = span_sdispl(a, ssize, zcopy_span_member(sp, g, i));
+}
+
+/* alltoallv: each rank learns where its block starts in the send buffers
+ * of the peers that it reads (only the owner's sdispls say so), once all
+ * have agreed to run zero-copy. Where every block between groups is
+ * pushed, it reads its group's alone, from their rows of the segment,
+ * with no message. Otherwise through the previous component's alltoall:
+ * a message per other rank, which grows with the ranks (data of an
+ * alltoallv does too); a rank that waits there still serves its peers'
+ * reads through Open MPI's progress loop. */
+static int span_learn_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
+                              const zcopy_coll_args_t *a, size_t ssize)
+{
+    const int g = sp->group[sp->rank];
+
+    if (zcopy_span_pushes_all(sp)) {
+        for (int i = 0; i < zcopy_span_group_size(sp, g); i++)
+            sp->sdispls[zcopy_span_member(sp, g, i)] =
+                zcopy_span_group_displs(sp, i)[sp->index[sp->rank]];
+        return MPI_SUCCESS;
+    }
     for (int j = 0; j < sp->nranks; j++)
-        sp->sdispls_out[j] = a->sbuf == MPI_IN_PLACE
-                                 ? 0 : (int64_t)a->sdispls[j] * (int64_t)ssize;
+        sp->sdispls_out[j] = span_sdispl(a, ssize, j);
     span_count(zc, sizeof(int64_t));
     return zc->ops.alltoall(sp->sdispls_out, sp->sdispls, sizeof(int64_t),
                             zc->ops.ctx);
@@ -1093,6 +1126,9 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         }
     }
     span_describe(zc, a, &plan, inline_total, &mine);
+    if (a->type == ZCOPY_COLL_ALLTOALLV && mine.args.reason == REASON_NONE &&
+        zcopy_span_pushes_all(sp))
+        span_publish_sdispls(sp, a, plan.ssize);
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len,
@@ -1122,7 +1158,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     /* Every rank is eligible, so every rank exchanges; a call that falls
      * back never pays for it. */
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
-        span_exchange_sdispls(zc, sp, a, plan.ssize) != MPI_SUCCESS)
+        span_learn_sdispls(zc, sp, a, plan.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "
                            "displacements failed");
     zc->stats.zcopy_calls++;

@@ -16,7 +16,8 @@
  * pair of leaders and round. Its waits progress Open MPI's engine and,
  * through it, the UCX worker, so a rank waiting in one still serves the
  * emulated gets and puts of its peers. Only set-up (and alltoallv's
- * displacements) use the previous component's collectives.
+ * displacements, where a rank reads blocks from other servers) use the
+ * previous component's collectives.
  */
 #ifndef ZCOPY_COLL_SPAN_H
 #define ZCOPY_COLL_SPAN_H
@@ -156,7 +157,9 @@ typedef struct zcopy_span {
                                      place, then that payload (alive until
                                      the send completes) */
     int64_t *sdispls;             /* alltoallv: where each peer's block for
-                                     this rank starts in its send buffer */
+                                     this rank starts in its send buffer
+                                     (of the peers it reads: its group's
+                                     alone where it pushes the others') */
     int64_t *sdispls_out;         /* this rank's, sent to each peer */
     size_t *block_lo;             /* reduce_scatter: where each rank's block
                                      starts, in elements (once per call) */
@@ -314,6 +317,15 @@ unsigned zcopy_span_plane_sync(zcopy_comm_t *zc, zcopy_span_t *sp,
  * Returns what the group's ranks reported, or-ed. */
 unsigned zcopy_span_plane_sync_group(zcopy_comm_t *zc, zcopy_span_t *sp,
                                      unsigned flags);
+
+/* An alltoallv's displacements inside a group (zcopy_span_pushes_all):
+ * the row of the group's member @index, an int64 per member in group
+ * order, the byte where that member's block for each of them starts in
+ * its send buffer. A member writes its row before its arrival and its
+ * peers read it after; one row per member serves every call, since a
+ * member writes the next only after the call's last sync, which waits
+ * for every member of the group, and so for its reads. */
+int64_t *zcopy_span_group_displs(const zcopy_span_t *sp, int index);
 
 /* Bytes a sender's payload of @len takes in an arrival: whole lines, so
  * that ranks of a server write theirs without sharing one. */
@@ -480,6 +492,19 @@ void zcopy_span_put(zcopy_span_algo_t *sa, int r, uint64_t addr, size_t len,
  * a pair: @len is the same on both (matching type signatures), the rest
  * is agreed at set-up. */
 bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len);
+
+/* Whether an alltoallv pushes every block between groups, whatever its
+ * size: where blocks are pushed at all (zcopy_span_pushes but for @len).
+ * Then no rank of another group reads this rank's send buffer, so only
+ * its group learns its displacements (zcopy_span_group_displs) and, where
+ * the groups are hosts of their own, only its group waits for it at the
+ * end: the call sends nothing between servers but its arrival and its
+ * blocks. The same answer on every rank (agreed at set-up). */
+bool zcopy_span_pushes_all(const zcopy_span_t *sp);
+
+/* The most bytes one pushed part carries (the point-to-point engine counts
+ * in int): a larger alltoallv block goes in parts of this size, in order. */
+#define ZCOPY_SPAN_PUSH_PART_MAX ((size_t)1 << 30)
 
 /* One step of pushes: receives @rlen bytes of @from's block into @dst and
  * sends @slen bytes of @src to @to (a length of 0: no such part), both
