@@ -562,7 +562,7 @@ int mca_coll_zcopy_register_pvars(void)
           "Open MPI's point-to-point engine on this communicator "
           "(coll_zcopy_ucx_fetch pml, and reads of at least "
           "coll_zcopy_ucx_p2p_min under auto), or received there as pushed "
-          "alltoall blocks (coll_zcopy_ucx_push_min)", PVAR_P2P_BYTES },
+          "alltoall(v) blocks (coll_zcopy_ucx_push_min)", PVAR_P2P_BYTES },
     };
 
     for (size_t i = 0; i < sizeof(pvars) / sizeof(pvars[0]); i++)

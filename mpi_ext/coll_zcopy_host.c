@@ -28,14 +28,14 @@
  * all the same: coll_zcopy_ucx_fetch auto then stops reading through this
  * engine on the communicator, and pushes have a tag of their own; and a
  * block repaired inside a server (a rooted call's, an in-place alltoall
- * pair's), or pushed between servers by an alltoall whose last sync stays
- * inside each server, whose eager send may still be unmatched when its
+ * pair's), or pushed between servers by an alltoall(v) whose last sync
+ * stays inside each server, whose eager send may still be unmatched when its
  * rank leaves: its receive names its source and is posted before its
  * rank leaves the call, and MPI keeps the messages of one source and tag
  * in order, so a following MPI_Exscan's message cannot overtake it). Not
  * a tag of a collective that zcopy runs through the previous component in
  * the middle of its own (alltoallv's displacements go through its
- * alltoall, while faster ranks may already push). */
+ * alltoall where blocks between servers are read). */
 #define ZCOPY_P2P_READ_TAG MCA_COLL_BASE_TAG_ALLTOALLW
 #define ZCOPY_P2P_PUSH_TAG MCA_COLL_BASE_TAG_EXSCAN
 

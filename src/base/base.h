@@ -98,10 +98,11 @@ typedef struct {
     size_t ucx_p2p_min;        /* bytes of one read from which fetch auto
                                   asks for the job's point-to-point engine
                                   where UCX's get is emulated (0: never) */
-    size_t ucx_push_min;       /* bytes of one alltoall(v) block from which
+    size_t ucx_push_min;       /* bytes of one alltoall block from which
                                   fetch auto sends it between servers
                                   through that engine, where no rank's UCX
-                                  get is real (0: never) */
+                                  get is real (0: never); an alltoallv's
+                                  all go so unless it is 0 */
     bool mpi_threads;          /* the job may call MPI from several threads
                                   at once (MPI_THREAD_MULTIPLE) */
     unsigned ucx_max_requests; /* UCX requests one rank keeps in flight in a

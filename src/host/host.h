@@ -23,7 +23,7 @@
  * communicator) must never match a pushed block's receive. */
 typedef enum {
     ZCOPY_HOST_P2P_READ,          /* the answer to a read (ucx/serve.c) */
-    ZCOPY_HOST_P2P_PUSH           /* a pushed alltoall block between
+    ZCOPY_HOST_P2P_PUSH           /* a pushed alltoall(v) block between
                                      servers, or inside one a block a rank
                                      could not move through the mappings
                                      (coll/server/repair.c) */

@@ -50,7 +50,7 @@ zcopy_add_mpi_test(NAME mpi.span_plane.vservers4.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=4 LABELS span)
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers2.np8 TARGET test_span_plane
                    NP 8 MCA coll_zcopy_virtual_servers=2 LABELS span)
-# An alltoall whose blocks between servers are all pushed: on virtual
+# An alltoall or alltoallv whose blocks between servers are all pushed: on virtual
 # servers of one host its last sync still spans the servers (the emulated
 # cluster's runs, tests/cluster, check that it stays inside each there).
 zcopy_mpi_executable(test_span_push)

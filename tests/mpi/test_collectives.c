@@ -1220,7 +1220,8 @@ typedef struct {
     int rank, n;
     bool spans;               /* span mode, and the comm spans servers */
     bool pushes;              /* it spans them, and auto may push large
-                                 alltoall blocks (phase_pushes) */
+                                 alltoall blocks and every alltoallv
+                                 block (phase_pushes) */
     int server[MAX_RANKS];    /* each rank's server (with pushes) */
     int max_group;            /* the most ranks of one server, where the
                                  comm spans servers (phase_pushes) */
@@ -1251,7 +1252,8 @@ static uint64_t fnv1a(const char *s)
 
 static bool comm_splits_blocks(const int *wranks, int n);
 
-/* Whether auto pushes alltoall blocks of push_min bytes or more between
+/* Whether auto pushes alltoall blocks of push_min bytes or more (and every
+ * alltoallv block) between
  * the servers of WORLD or its dup, @ph: where some server has several of
  * its ranks (a host's ranks split into coll_zcopy_virtual_servers runs of
  * consecutive local ranks, src/topo/server.c), not under

@@ -156,9 +156,11 @@ static int v_ints(int from, int to, int call)
 /* An alltoallv whose blocks between servers are pushed whatever their
  * size, down to 3 ints: no rank reads a block of another server, so its
  * displacements stay inside its server (no message through the previous
- * component) and, servers apart, so does the last sync. */
+ * component) and, servers apart, so does the last sync. On buffers that
+ * are not activated (@zcopy false) every rank declines and the call falls
+ * back; the next zero-copy one must not see this one's displacements. */
 static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
-                          int call)
+                          int call, bool zcopy)
 {
     const unsigned long long others = (unsigned long long)s->count - 1;
     int scounts[nranks], sdispls[nranks], rcounts[nranks], rdispls[nranks];
@@ -199,6 +201,15 @@ static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
                  "block was written", call, rank, from);
         if (s->lowest[from] != s->lowest[rank])
             want_p2p += (unsigned long long)rcounts[from] * sizeof(int);
+    }
+    if (!zcopy) {
+        ZT_CHECK(a.fallback_calls - b.fallback_calls == 1 &&
+                     a.zcopy_calls == b.zcopy_calls,
+                 "alltoallv %d on plain memory: rank %d: not one fallback "
+                 "(zcopy %llu, fallback %llu)", call, rank,
+                 (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
+                 (unsigned long long)(a.fallback_calls - b.fallback_calls));
+        return;
     }
     ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
                  a.fallback_calls == b.fallback_calls &&
@@ -244,7 +255,7 @@ int main(int argc, char **argv)
     zt_arena_t arena;
     server_t s;
     size_t cursor = 0;
-    int *send, *recv, *pair, stack[2];
+    int *send, *recv, *pair, stack[2], *plain_send, *plain_recv;
     bool apart;
     int rdma, any_rdma;
 
@@ -272,14 +283,21 @@ int main(int argc, char **argv)
     recv = zt_arena_alloc(&arena, &cursor, (size_t)most * sizeof(int) *
                                                (size_t)nranks);
     pair = zt_arena_alloc(&arena, &cursor, 2 * sizeof(int));
+    plain_send = malloc((size_t)most * sizeof(int) * (size_t)nranks);
+    plain_recv = malloc((size_t)most * sizeof(int) * (size_t)nranks);
+    zt_require(plain_send != NULL && plain_recv != NULL, "out of memory");
     /* Blocks of 4, 6 and 8 KiB in turn: every one pushed. */
     for (int call = 0; call < CALLS; call++) {
         run_alltoall(&s, apart, send, recv, 1024 + 512 * (call % 3), call);
         run_allreduce(call % 2 ? stack : pair, call);
-        run_alltoallv(&s, apart, send, recv, call);
+        run_alltoallv(&s, apart, send, recv, call, true);
         run_allreduce(call % 2 ? pair : stack, call);
+        if (call % 3 == 1)
+            run_alltoallv(&s, apart, plain_send, plain_recv, call + 1, false);
     }
     zt_arena_fini(&arena);
     free(s.lowest);
+    free(plain_send);
+    free(plain_recv);
     return zt_finish();
 }

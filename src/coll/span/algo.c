@@ -665,7 +665,8 @@ static void alltoall_push(zcopy_span_algo_t *sa, int from, uint8_t *dst,
     } while (rlen + slen > 0);
 }
 
-/* Large blocks between groups first, pushed in steps of distance (see
+/* Blocks between groups that are pushed first (an alltoall's from
+ * coll_zcopy_ucx_push_min, an alltoallv's all), in steps of distance (see
  * zcopy_span_push), so that they travel while the rest is copied; then
  * every other block is fetched straight into the output (in place never
  * gets here: span.c sends it to the fallback). */

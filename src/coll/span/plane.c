@@ -38,8 +38,8 @@
  * A group sync (zcopy_span_plane_sync_group) is a round whose leader
  * sends and receives nothing: it ends a collective in which no rank of
  * another group touches this group's buffers any more once this group's
- * own transfers have completed (an alltoall whose every block between
- * servers is pushed). Every rank knows from the call alone that it is one,
+ * own transfers have completed (an alltoall or alltoallv whose every
+ * block between servers is pushed). Every rank knows from the call alone that it is one,
  * so round numbers stay the same everywhere; a leader may then begin the
  * next arrival while another group is still in the collective, and its
  * message waits for that group's leader as any early message does.
@@ -167,21 +167,27 @@ static size_t plane_area_size(const zcopy_span_t *sp)
     return (size_t)sp->nranks * ZCOPY_SPAN_DESC_STRIDE + sp->payload_size;
 }
 
-/* Bytes of the displacement rows: a group's members squared. */
-static size_t plane_displs_size(const zcopy_span_t *sp)
+/* Bytes of one displacement row: an int64 per member of the group, in
+ * whole lines, so that members write theirs without sharing a line. */
+static size_t plane_displs_row(const zcopy_span_t *sp)
 {
     const size_t m = (size_t)zcopy_span_group_size(sp, sp->group[sp->rank]);
 
-    return zcopy_align_up(m * m * sizeof(int64_t), ZCOPY_CACHE_LINE);
+    return zcopy_align_up(m * sizeof(int64_t), ZCOPY_CACHE_LINE);
+}
+
+static size_t plane_displs_size(const zcopy_span_t *sp)
+{
+    return (size_t)zcopy_span_group_size(sp, sp->group[sp->rank]) *
+           plane_displs_row(sp);
 }
 
 int64_t *zcopy_span_group_displs(const zcopy_span_t *sp, int index)
 {
-    const size_t m = (size_t)zcopy_span_group_size(sp, sp->group[sp->rank]);
     uint8_t *rows = sp->plane + plane_lines(sp) * ZCOPY_CACHE_LINE +
                     2 * plane_area_size(sp);
 
-    return (int64_t *)(void *)rows + (size_t)index * m;
+    return (int64_t *)(void *)(rows + (size_t)index * plane_displs_row(sp));
 }
 
 static uint8_t *plane_area(const zcopy_span_t *sp, uint64_t arrival)

@@ -953,15 +953,18 @@ static int64_t span_sdispl(const zcopy_coll_args_t *a, size_t ssize, int j)
 
 /* alltoallv, where every block between groups is pushed: this rank's
  * displacements for its group's members, in its row of the group's
- * segment, before its arrival (zcopy_span_group_displs). */
-static void span_publish_sdispls(zcopy_span_t *sp, const zcopy_coll_args_t *a,
-                                 size_t ssize)
+ * segment, before its arrival (zcopy_span_group_displs); control bytes,
+ * as a server's alltoallv counts the vectors it publishes, but no
+ * message. */
+static void span_publish_sdispls(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                 const zcopy_coll_args_t *a, size_t ssize)
 {
-    const int g = sp->group[sp->rank];
+    const int g = sp->group[sp->rank], m = zcopy_span_group_size(sp, g);
     int64_t *row = zcopy_span_group_displs(sp, sp->index[sp->rank]);
 
-    for (int i = 0; i < zcopy_span_group_size(sp, g); i++)
+    for (int i = 0; i < m; i++)
         row[i] = span_sdispl(a, ssize, zcopy_span_member(sp, g, i));
+    zc->stats.ctl_bytes += (uint64_t)m * sizeof(int64_t);
 }
 
 /* alltoallv: each rank learns where its block starts in the send buffers
@@ -1128,7 +1131,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     span_describe(zc, a, &plan, inline_total, &mine);
     if (a->type == ZCOPY_COLL_ALLTOALLV && mine.args.reason == REASON_NONE &&
         zcopy_span_pushes_all(sp))
-        span_publish_sdispls(sp, a, plan.ssize);
+        span_publish_sdispls(zc, sp, a, plan.ssize);
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len,
@@ -1155,8 +1158,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         zc->stats.inline_calls++;
         return ZCOPY_SUCCESS;
     }
-    /* Every rank is eligible, so every rank exchanges; a call that falls
-     * back never pays for it. */
+    /* Every rank is eligible, so every rank learns; a call that falls
+     * back never sends displacements (its rows cost no message). */
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
         span_learn_sdispls(zc, sp, a, plan.ssize) != MPI_SUCCESS)
         return zcopy_error(ZCOPY_ERR_INTERNAL, "alltoallv: exchanging "

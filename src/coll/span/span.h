@@ -512,9 +512,10 @@ bool zcopy_span_pushes_all(const zcopy_span_t *sp);
  * next sync. The bound on requests in flight
  * (coll_zcopy_ucx_max_requests) waits before a step, never inside one, so
  * that every rank taking its steps in the same order of distances (at
- * distance d, from the rank d behind and to the rank d ahead) never waits
- * in a cycle: the lowest step anyone waits for has both its ranks' parts
- * posted. */
+ * distance d, from the rank d behind and to the rank d ahead; a block cut
+ * in parts, ZCOPY_SPAN_PUSH_PART_MAX, takes a step per part, cut at the
+ * same offsets by both ranks) never waits in a cycle: the lowest step
+ * anyone waits for has both its ranks' parts posted. */
 void zcopy_span_push(zcopy_span_algo_t *sa, int from, void *dst, size_t rlen,
                      int to, const void *src, size_t slen);
 
