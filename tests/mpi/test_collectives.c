@@ -1253,12 +1253,11 @@ static uint64_t fnv1a(const char *s)
 static bool comm_splits_blocks(const int *wranks, int n);
 
 /* Whether auto pushes alltoall blocks of push_min bytes or more (and every
- * alltoallv block) between
- * the servers of WORLD or its dup, @ph: where some server has several of
- * its ranks (a host's ranks split into coll_zcopy_virtual_servers runs of
- * consecutive local ranks, src/topo/server.c), not under
- * coll_zcopy_transport ucx (one rank a server), nor where any host has an
- * RDMA device. Sets ph->server, each rank's server, and ph->max_group
+ * alltoallv block) between the servers of WORLD or its dup, @ph: where
+ * some server has several of its ranks (a host's ranks split into
+ * coll_zcopy_virtual_servers runs of consecutive local ranks,
+ * src/topo/server.c), not under coll_zcopy_transport ucx (one rank a
+ * server), nor where any host has an RDMA device. Sets ph->server, each rank's server, and ph->max_group
  * (every rank a server of its own under coll_zcopy_transport ucx). */
 static bool phase_pushes(phase_t *ph)
 {
