@@ -34,6 +34,7 @@ typedef struct {
     int ucx_max_requests;         /* coll_zcopy_ucx_max_requests */
     unsigned long ucx_p2p_min;    /* coll_zcopy_ucx_p2p_min, bytes */
     unsigned long ucx_push_min;   /* coll_zcopy_ucx_push_min, bytes */
+    unsigned long ucx_push_part_max; /* coll_zcopy_ucx_push_part_max */
     unsigned long span_inline_max; /* coll_zcopy_span_inline_max */
     int span_dissemination_min;   /* coll_zcopy_span_dissemination_min */
     int yield;                    /* coll_zcopy_yield */

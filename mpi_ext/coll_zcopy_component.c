@@ -59,6 +59,7 @@ mca_coll_zcopy_component_t mca_coll_zcopy_component = {
     .ucx_max_requests = 128,
     .ucx_p2p_min = 4194304,
     .ucx_push_min = 262144,
+    .ucx_push_part_max = 1UL << 30,
 };
 
 /* Struct layouts are the real ABI and the framework checks only its own
@@ -344,6 +345,14 @@ static int zcopy_register(void)
         "rank (checked at set-up); 0 never does (alltoallv's blocks are "
         "then read too)",
         OPAL_INFO_LVL_6, &c->ucx_push_min);
+    zcopy_register_ulong("ucx_push_part_max",
+        "Bytes of one part of a block pushed between servers "
+        "(coll_zcopy_ucx_push_min): a larger block goes in parts of this "
+        "size, in order (Open MPI's point-to-point engine counts in int, "
+        "and an alltoallv's block may pass 2 GiB). 0, or more than 1 GiB, "
+        "counts as 1 GiB. Must be the same on every rank (checked at "
+        "set-up)",
+        OPAL_INFO_LVL_9, &c->ucx_push_part_max);
     zcopy_register_transport(c);
     zcopy_register_ucx_fetch(c);
     zcopy_register_peer_access(c);
@@ -369,6 +378,9 @@ static int zcopy_register(void)
     zcopy_config.ucx_fetch = c->ucx_fetch;
     zcopy_config.ucx_p2p_min = c->ucx_p2p_min;
     zcopy_config.ucx_push_min = c->ucx_push_min;
+    zcopy_config.ucx_push_part_max =
+        c->ucx_push_part_max > 0 && c->ucx_push_part_max < (1UL << 30)
+            ? c->ucx_push_part_max : (size_t)1 << 30;
     zcopy_config.ucx_max_requests =
         c->ucx_max_requests > 0 ? (unsigned)c->ucx_max_requests : 0;
     zcopy_config.peer_access = c->peer_access;

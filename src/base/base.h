@@ -103,6 +103,8 @@ typedef struct {
                                   through that engine, where no rank's UCX
                                   get is real (0: never); an alltoallv's
                                   all go so unless it is 0 */
+    size_t ucx_push_part_max;  /* bytes of one pushed part, at most 1 GiB
+                                  (the engine counts in int) */
     bool mpi_threads;          /* the job may call MPI from several threads
                                   at once (MPI_THREAD_MULTIPLE) */
     unsigned ucx_max_requests; /* UCX requests one rank keeps in flight in a

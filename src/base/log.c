@@ -23,6 +23,7 @@ ZCOPY_COMPONENT_API zcopy_config_t zcopy_config = {
     .transport = ZCOPY_TRANSPORT_AUTO,
     .ucx_p2p_min = 4194304,
     .ucx_push_min = 262144,
+    .ucx_push_part_max = (size_t)1 << 30,
     .ucx_max_requests = 128,
 };
 

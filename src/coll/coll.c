@@ -76,6 +76,7 @@ enum {
     SETTING_ONE_PER_SERVER_MOVES,
     SETTING_UCX_FETCH,
     SETTING_UCX_PUSH_MIN,
+    SETTING_UCX_PUSH_PART_MAX,
     SETTINGS
 };
 
@@ -101,6 +102,7 @@ static const char *const setting_names[SETTINGS] = {
     [SETTING_ONE_PER_SERVER_MOVES] = "coll_zcopy_one_per_server_moves",
     [SETTING_UCX_FETCH] = "coll_zcopy_ucx_fetch",
     [SETTING_UCX_PUSH_MIN] = "coll_zcopy_ucx_push_min",
+    [SETTING_UCX_PUSH_PART_MAX] = "coll_zcopy_ucx_push_part_max",
 };
 
 static void settings_of_self(const zcopy_comm_t *zc, int64_t *v)
@@ -121,6 +123,8 @@ static void settings_of_self(const zcopy_comm_t *zc, int64_t *v)
     /* A sender and its receiver must agree whether a block is pushed. */
     v[SETTING_UCX_FETCH] = zcopy_config.ucx_fetch;
     v[SETTING_UCX_PUSH_MIN] = (int64_t)zcopy_config.ucx_push_min;
+    /* And where a large block's parts are cut. */
+    v[SETTING_UCX_PUSH_PART_MAX] = (int64_t)zcopy_config.ucx_push_part_max;
 }
 
 /* ZCOPY_SUCCESS when every rank has the same settings and could allocate

@@ -76,13 +76,16 @@ zcopy_add_settings_test(settings_one_per_server coll_zcopy_one_per_server_min
                         4096)
 zcopy_add_settings_test(settings_one_per_server_moves
                         coll_zcopy_one_per_server_moves 0)
+# Or on where a pushed block's parts are cut.
+zcopy_add_settings_test(settings_push_part coll_zcopy_ucx_push_part_max 4096)
 foreach(t progress.np2 progress.np4 datatypes.np2 datatypes.np4
           reductions.np2 reductions.np4 intercomm.np3 intercomm.np4 stats.np2
           replan.np2 replan.np3
           settings.np3 settings_mca.np3 settings_inline.np3
           settings_inline_yield.np3 settings_dissemination.np3
           settings_rooted_yield.np3 settings_one_per_server.np3
-          settings_one_per_server_moves.np3 release.np2
+          settings_one_per_server_moves.np3 settings_push_part.np3
+          release.np2
           mapfail.np2 mapfail.np3
           mapfail_inplace.np2 mapfail_inplace.np3
           mapfail_rooted.np2 mapfail_rooted.np3

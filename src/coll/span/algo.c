@@ -646,16 +646,17 @@ static size_t alltoall_pushed(const zcopy_span_algo_t *sa, int j, size_t len)
 }
 
 /* One step of pushes (zcopy_span_push), in parts the point-to-point engine
- * can count (an alltoallv's block may pass 2 GiB); the receiver cuts its
+ * can count (an alltoallv's block may pass 2 GiB;
+ * coll_zcopy_ucx_push_part_max, agreed at set-up); the receiver cuts its
  * block where the sender does, and the engine keeps their order. */
 static void alltoall_push(zcopy_span_algo_t *sa, int from, uint8_t *dst,
                           size_t rlen, int to, const uint8_t *src, size_t slen)
 {
+    const size_t part = zcopy_config.ucx_push_part_max;
+
     do {
-        size_t r = rlen < ZCOPY_SPAN_PUSH_PART_MAX ? rlen
-                                                   : ZCOPY_SPAN_PUSH_PART_MAX;
-        size_t s = slen < ZCOPY_SPAN_PUSH_PART_MAX ? slen
-                                                   : ZCOPY_SPAN_PUSH_PART_MAX;
+        size_t r = rlen < part ? rlen : part;
+        size_t s = slen < part ? slen : part;
 
         zcopy_span_push(sa, from, dst, r, to, src, s);
         dst += r;

@@ -502,9 +502,6 @@ bool zcopy_span_pushes(const zcopy_span_algo_t *sa, size_t len);
  * blocks. The same answer on every rank (agreed at set-up). */
 bool zcopy_span_pushes_all(const zcopy_span_t *sp);
 
-/* The most bytes one pushed part carries (the point-to-point engine counts
- * in int): a larger alltoallv block goes in parts of this size, in order. */
-#define ZCOPY_SPAN_PUSH_PART_MAX ((size_t)1 << 30)
 
 /* One step of pushes: receives @rlen bytes of @from's block into @dst and
  * sends @slen bytes of @src to @to (a length of 0: no such part), both
@@ -512,9 +509,9 @@ bool zcopy_span_pushes_all(const zcopy_span_t *sp);
  * next sync. The bound on requests in flight
  * (coll_zcopy_ucx_max_requests) waits before a step, never inside one, so
  * that every rank taking its steps in the same order of distances (at
- * distance d, from the rank d behind and to the rank d ahead; a block cut
- * in parts, ZCOPY_SPAN_PUSH_PART_MAX, takes a step per part, cut at the
- * same offsets by both ranks) never waits in a cycle: the lowest step
+ * distance d, from the rank d behind and to the rank d ahead; an
+ * alltoallv block cut in parts, coll_zcopy_ucx_push_part_max, takes a step
+ * per part, cut at the same offsets by both ranks) never waits in a cycle: the lowest step
  * anyone waits for has both its ranks' parts posted. */
 void zcopy_span_push(zcopy_span_algo_t *sa, int from, void *dst, size_t rlen,
                      int to, const void *src, size_t slen);
