@@ -22,6 +22,8 @@
  *   alltoall_between           an alltoall of that size whose blocks inside a
  *                              host are empty (MPI_Alltoallv): under a stock
  *                              component, what moving the rest costs
+ *   allgatherv                 allgather's, through MPI_Allgatherv (every
+ *                              count size / n)
  * Sizes are rounded down to whole elements (and whole per-rank blocks); a
  * size that holds no element per rank is skipped.
  *
@@ -250,7 +252,8 @@ typedef struct run {
     char *send, *recv;
     MPI_Comm comm;      /* the measured communicator */
     const bool *same_host; /* per rank of comm: shares this rank's host */
-    int *counts, *displs;  /* alltoall_between's, per rank of comm */
+    int *counts, *displs;  /* alltoall_between's and allgatherv's, per rank
+                              of comm */
     int iter;           /* for error messages */
     unsigned long reported; /* mismatches this rank has printed */
 } run_t;
@@ -475,6 +478,24 @@ static size_t gathered_verify(run_t *r, unsigned seed)
     return bad;
 }
 
+/* allgatherv: allgather's data through MPI_Allgatherv, every count the
+ * block: what a program that calls the v-form pays (zcopy runs v-forms on
+ * paths of their own). The counts are written with the inputs, outside
+ * the timed call. */
+static size_t allgatherv_inputs(run_t *r, io_t io, unsigned seed)
+{
+    for (int q = 0; q < r->nranks && io == IO_WRITE; q++) {
+        r->counts[q] = r->mcount;
+        r->displs[q] = q * r->mcount; /* fits: layout() checked */
+    }
+    return allgather_inputs(r, io, seed);
+}
+static int allgatherv_execute(run_t *r)
+{
+    return MPI_Allgatherv(SENDBUF(r, true), r->mcount, r->dt, r->recv,
+                          r->counts, r->displs, r->dt, r->comm);
+}
+
 /* bcast: buf[count] (the send buffer) from the root to every rank */
 static size_t bcast_inputs(run_t *r, io_t io, unsigned seed)
 {
@@ -667,9 +688,13 @@ static const coll_t colls[] = {
       memcpy_inputs, allreduce_poison, memcpy_execute, memcpy_verify },
     { "alltoall_between", false, false, true, false, factor_ring,
       between_inputs, gathered_poison, between_execute, between_verify },
+    { "allgatherv", false, false, true, true, factor_ring,
+      allgatherv_inputs, gathered_poison, allgatherv_execute,
+      gathered_verify },
 };
 #define NCOLLS (sizeof(colls) / sizeof(colls[0]))
-#define NALL 9 /* "all": every collective, not memcpy or alltoall_between */
+#define NALL 9 /* "all": every collective, not memcpy, alltoall_between or
+                  allgatherv */
 
 /* ------------------------------------------------------------------------- */
 /* Errors                                                                     */
@@ -718,9 +743,9 @@ static void usage(FILE *f)
 "usage: mpirun -np N zcopy_bench [options]\n"
 "  -c, --collective LIST  allreduce reduce reduce_scatter_block allgather\n"
 "                         bcast alltoall gather scatter barrier memcpy\n"
-"                         alltoall_between, or all (every collective, not\n"
-"                         memcpy or alltoall_between); comma-\n"
-"                         separated [allreduce]\n"
+"                         alltoall_between allgatherv, or all (every\n"
+"                         collective, not memcpy, alltoall_between or\n"
+"                         allgatherv); comma-separated [allreduce]\n"
 "  -b, --minbytes SIZE    smallest size [8]; suffixes K, M, G (of 1024)\n"
 "  -e, --maxbytes SIZE    largest size [64M]\n"
 "  -f, --stepfactor N     multiply the size by N from one row to the next [2]\n"
@@ -772,12 +797,14 @@ static void usage(FILE *f)
 "  root's receive buffer (send: size/n); scatter: the root's send buffer\n"
 "  (receive: size/n); memcpy: the bytes each rank copies; alltoall_between:\n"
 "  alltoall's, with the blocks between ranks of one host empty\n"
-"  (MPI_Alltoallv), so only blocks between hosts move.\n"
+"  (MPI_Alltoallv), so only blocks between hosts move; allgatherv:\n"
+"  allgather's, through MPI_Allgatherv.\n"
 "Columns: time_us is the median over iterations of the slowest rank's time\n"
 "(--timing osu: of the ranks' mean),\n"
 "min_us the smallest; algbw = size/time (GB/s = 1e9 B/s); busbw = algbw *\n"
 "2(n-1)/n (allreduce), (n-1)/n (reduce_scatter_block, allgather, alltoall,\n"
-"alltoall_between, gather, scatter), 1 (reduce, bcast), n (memcpy: all\n"
+"alltoall_between, allgatherv, gather, scatter), 1 (reduce, bcast), n\n"
+"(memcpy: all\n"
 "ranks together);\n"
 "errors: mismatches over all ranks and iterations (with --check); path:\n"
 "zcopy, fallback:<reason>, mixed, or stock (component not loaded), from\n"
@@ -1626,7 +1653,8 @@ static bool layout(run_t *r, size_t size)
     r->bytes = r->total * r->tsize;
     if (r->block > INT_MAX)
         die("%s of %zu bytes: count does not fit an int", r->coll->name, size);
-    if (r->coll->execute == between_execute &&
+    if ((r->coll->execute == between_execute ||
+         r->coll->execute == allgatherv_execute) &&
         r->block * (size_t)(r->nranks - 1) > INT_MAX)
         die("%s of %zu bytes: displacement does not fit an int",
             r->coll->name, size);

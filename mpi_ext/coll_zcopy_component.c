@@ -230,7 +230,8 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->small_msg);
     zcopy_register_ulong("inline_max",
         "Collectives whose payload is at most this many bytes per rank "
-        "(1072 at most) travel in the control plane instead of through "
+        "(an allgatherv's largest block; 1072 at most) travel in the "
+        "control plane instead of through "
         "peer mappings: a copy in and out, and no departure step. 0 never "
         "does",
         OPAL_INFO_LVL_9, &c->inline_max);
@@ -272,9 +273,9 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->one_per_server_min);
     zcopy_register_bool("one_per_server_moves",
         "On a communicator that spans servers with one rank on each, "
-        "whether zcopy itself runs the allgathers and alltoalls whose "
-        "payloads do not ride with the arrival (see "
-        "coll_zcopy_span_inline_max; allgatherv and alltoallv always). "
+        "whether zcopy itself runs the allgathers, allgathervs and "
+        "alltoalls whose payloads do not ride with the arrival (see "
+        "coll_zcopy_span_inline_max; alltoallv always). "
         "false: they go to the previous component, counted as a fallback: "
         "with nothing shared inside a server, zcopy sends the same bytes "
         "over the same network as stock's algorithms and adds its "

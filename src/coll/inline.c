@@ -16,6 +16,23 @@
 #include <stdint.h>
 #include <string.h>
 
+/* allgatherv: its largest block, which every rank knows (recvcounts are
+ * significant everywhere); SIZE_MAX for a negative count, which the plan
+ * turns down. */
+static size_t largest_block(const zcopy_comm_t *zc, const zcopy_coll_args_t *a)
+{
+    const size_t size = zcopy_host.type_size(a->rtype);
+    size_t most = 0;
+
+    for (int j = 0; j < zc->size; j++) {
+        if (a->rcounts[j] < 0)
+            return SIZE_MAX;
+        if ((size_t)a->rcounts[j] * size > most)
+            most = (size_t)a->rcounts[j] * size;
+    }
+    return most;
+}
+
 /* Sizes are signature sizes (payload bytes, contiguous or not): what every
  * rank agrees on, since MPI requires matching type signatures. Only
  * arguments MPI declares significant on this rank are read, and they agree
@@ -34,6 +51,8 @@ size_t zcopy_coll_block_bytes(const zcopy_comm_t *zc,
     case ZCOPY_COLL_ALLGATHER:
     case ZCOPY_COLL_ALLTOALL:
         return a->rcount * zcopy_host.type_size(a->rtype);
+    case ZCOPY_COLL_ALLGATHERV:
+        return largest_block(zc, a);
     case ZCOPY_COLL_GATHER:
         return root ? a->rcount * zcopy_host.type_size(a->rtype)
                     : a->scount * zcopy_host.type_size(a->stype);
@@ -80,6 +99,11 @@ const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
         if (root && a->sbuf == MPI_IN_PLACE)
             return (const uint8_t *)a->rbuf + total * (size_t)zc->rank;
         return a->sbuf;
+    case ZCOPY_COLL_ALLGATHERV:
+        /* Its own block: the largest at most, unless the program broke
+         * MPI's matching rule, whose extra bytes nobody reads. */
+        *len = plan->slen < total ? plan->slen : total;
+        return plan->sbuf;
     default:
         return plan->sbuf; /* the effective input, MPI_IN_PLACE resolved */
     }
@@ -126,6 +150,17 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
             if (j != r || a->sbuf != MPI_IN_PLACE)
                 memcpy(out + block * (size_t)j, lines[j], block);
         return ZCOPY_SUCCESS;
+    case ZCOPY_COLL_ALLGATHERV:
+        /* Contiguous types only (the plan's), so elements are bytes of
+         * zcopy_host.type_size() each. */
+        for (int j = 0; j < n; j++) {
+            const size_t size = zcopy_host.type_size(a->rtype);
+
+            if (j != r || a->sbuf != MPI_IN_PLACE)
+                memcpy(out + (size_t)a->rdispls[j] * size, lines[j],
+                       (size_t)a->rcounts[j] * size);
+        }
+        return ZCOPY_SUCCESS;
     case ZCOPY_COLL_ALLTOALL:
         for (int j = 0; j < n; j++)
             memcpy(out + block * (size_t)j, lines[j] + block * (size_t)r,
@@ -152,6 +187,7 @@ zcopy_coll_inline_reads_t zcopy_coll_inline_reads(const zcopy_comm_t *zc,
     switch (a->type) {
     case ZCOPY_COLL_ALLREDUCE:
     case ZCOPY_COLL_ALLGATHER:
+    case ZCOPY_COLL_ALLGATHERV: /* at most: a block may be shorter */
         reads.len = total;
         break;
     case ZCOPY_COLL_REDUCE:

@@ -123,7 +123,8 @@ static inline bool zcopy_coll_payload_is_blocks(zcopy_coll_type_t type)
 
 /* The bytes of one rank's block in a fixed-size collective (the buffer of
  * allreduce, reduce and bcast; one rank's part of the others), the same on
- * every rank; SIZE_MAX for the v-forms and barrier. */
+ * every rank; of allgatherv its largest block, which every rank knows too;
+ * SIZE_MAX for the other v-forms and barrier. */
 size_t zcopy_coll_block_bytes(const zcopy_comm_t *zc,
                               const zcopy_coll_args_t *a);
 

@@ -1421,8 +1421,9 @@ static size_t limit_of(const MPIX_Zcopy_stats *stats)
  * (coll_zcopy_inline_max, at most 1072, or coll_zcopy_inline_max_yield
  * where waits yield: limit_of()), or small enough for span_carries()
  * between servers, it travels in the control plane. The payload is a
- * rank's input for reductions, bcast, allgather and gather, and its n
- * blocks for reduce_scatter_block, scatter and alltoall. Returns 1
+ * rank's input for reductions, bcast, allgather and gather, the largest
+ * rank's for allgatherv (every rank knows the counts), and its n blocks
+ * for reduce_scatter_block, scatter and alltoall. Returns 1
  * (inline), 0 (not), or -1 when it depends on whether a split of a span
  * job lies in one server, which the test does not know. */
 static int expect_inline(const coll_case_t *c, const phase_t *ph,
@@ -1435,7 +1436,7 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph,
     size_t bytes = 0;
     int in_server, between;
 
-    if (c->type == NULL || c->count == 0)
+    if (c->type == NULL)
         return 0;
     for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++)
         if (strcmp(c->coll->name, whole[i]) == 0)
@@ -1443,6 +1444,9 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph,
     for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
         if (strcmp(c->coll->name, blocks[i]) == 0)
             bytes = c->count * c->type->extent * (size_t)c->n;
+    for (int j = 0; strcmp(c->coll->name, "allgatherv") == 0 && j < c->n; j++)
+        if ((size_t)c->counts[j] * c->type->extent > bytes)
+            bytes = (size_t)c->counts[j] * c->type->extent;
     if (bytes == 0)
         return 0;
     in_server = bytes <= limit;

@@ -12,16 +12,18 @@
  *                               every barrier falls back on every rank
  *                               with the small calls' reason and no
  *                               control message; from the limit every
- *                               one runs zero-copy, but allgather and
+ *                               one runs zero-copy, but allgather(v) and
  *                               alltoall of 512 KiB per block (beyond
  *                               what rides with the arrival), handed over
- *                               with the reason of data that only moves;
- *                               allgatherv and alltoallv (never carried)
- *                               are handed over so at every size. Under
- *                               coll_zcopy_one_per_server_moves those
- *                               run zero-copy: the fixed forms from the
- *                               limit on, the v-forms (whose sizes only
- *                               agree through the control plane) always
+ *                               with the reason of data that only moves
+ *                               (allgatherv by its largest block, which
+ *                               every rank knows); alltoallv (never
+ *                               carried) is handed over so at every size.
+ *                               Under coll_zcopy_one_per_server_moves
+ *                               those run zero-copy: allgather(v) and
+ *                               alltoall from the limit on, alltoallv
+ *                               (whose sizes only agree through the
+ *                               control plane) always
  *   test_one_per_server shared  a server holds two ranks: every size runs
  *                               zero-copy
  *
@@ -198,8 +200,8 @@ static void v_blocks(int ints, int **counts, int **displs)
     }
 }
 
-/* Never handed over for its size, which only the control plane makes
- * agree; handed over as data that only moves (@want). */
+/* Handed over as allgather is (@want): by its largest block, which every
+ * rank knows from the counts. */
 static void run_allgatherv(int ints, const char *want, int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)(ints * nranks));
@@ -323,9 +325,9 @@ static void run_barrier(const char *want)
 }
 
 /* Every collective at @ints per rank (the whole vector where there are no
- * blocks), each from every root and in place and not: allgather and
+ * blocks), each from every root and in place and not: allgather(v) and
  * alltoall, which only move data, expecting @moved (a reason, or NULL for
- * zero-copy), allgatherv and alltoallv @moved_v, and the others @sized. */
+ * zero-copy), alltoallv @moved_v, and the others @sized. */
 static void run_round(int ints, const char *sized, const char *moved,
                       const char *moved_v, int *call)
 {
@@ -352,7 +354,7 @@ static void run_round(int ints, const char *sized, const char *moved,
         }
     }
     cursor = 0;
-    run_allgatherv(ints, moved_v, ++*call);
+    run_allgatherv(ints, moved, ++*call);
     cursor = 0;
     run_alltoallv(ints, moved_v, ++*call);
     MPI_Type_free(&whole);

@@ -210,9 +210,9 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
 
 /* With one rank of the communicator on each server nothing is shared
  * inside a server. An allgather or alltoall whose payloads do not ride
- * with the arrival (@carried: coll_zcopy_span_inline_max; never a
- * v-form's) then sends the bytes stock's algorithms send, over the same
- * network, plus zcopy's agreement and its reads' requests or pushes'
+ * with the arrival (@carried: coll_zcopy_span_inline_max; an allgatherv's
+ * by its largest block, never an alltoallv's) then sends the bytes stock's
+ * algorithms send, over the same network, plus zcopy's agreement and its reads' requests or pushes'
  * rendezvous: it goes to the previous component, unless
  * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp: medians
  * 0.65x-0.90x of tuned's at 1-4 MiB in four sets of interleaved jobs out
