@@ -10,9 +10,11 @@
  * different gaps, so an algorithm that reads block j of a peer's buffer at
  * its own displacement gets the wrong block. Each call runs at a small and
  * at a large size (above coll_zcopy_small_msg, where a server shares the
- * fetching of other servers' blocks), in and out of place where MPI
- * allows, checks every element, that the call ran zero-copy, and that
- * bytes crossed through UCX (summed over the ranks, at the end).
+ * fetching of other servers' blocks), both riding with the arrival for
+ * allgatherv, and at one beyond what rides (coll_zcopy_span_inline_max),
+ * in and out of place where MPI allows, checks every element, that the
+ * call ran zero-copy, and that bytes crossed through UCX (summed over the
+ * ranks, at the end).
  */
 #include "testutil.h"
 
@@ -23,6 +25,8 @@
 #define MAX_RANKS 8
 #define SMALL 100           /* ints per block */
 #define LARGE 9000          /* ints per block: 36 KB, above small_msg */
+#define HUGE 70000          /* ints per block: 280 KB, beyond what rides
+                               with the arrival (256 KiB per rank) */
 #define GAP 16              /* ints between blocks on odd ranks */
 
 static int rank, nranks;
@@ -121,8 +125,8 @@ static void run_alltoallv(int *sbuf, int *rbuf, size_t count, int call,
 
 int main(int argc, char **argv)
 {
-    const size_t counts[] = { SMALL, LARGE };
-    const size_t buf_ints = (size_t)MAX_RANKS * (LARGE + GAP) + 4 * GAP;
+    const size_t counts[] = { SMALL, LARGE, HUGE };
+    const size_t buf_ints = (size_t)MAX_RANKS * (HUGE + GAP) + 4 * GAP;
     uint64_t ucx = 0, total = 0;
     size_t off = 0;
     zt_arena_t arena;
