@@ -1360,7 +1360,8 @@ static int yield;
  * rank reads one block of n, reduce_scatter_block, scatter, alltoall,
  * unless leaders send each server only its ranks' blocks; twice it for
  * bcast, scatter and alltoall otherwise; for allreduce over @max_group,
- * the most ranks of one server), and what every sender's
+ * the most ranks of one server, or twice it where that is 1), and what
+ * every sender's
  * payload needs fits the plane's area (n payloads of up to twice the
  * parameter, or the root's alone; for the collectives not doubled, within
  * 1 MiB). */
@@ -1379,7 +1380,8 @@ static bool span_carries(const coll_case_t *c, size_t bytes,
     const size_t limit = blocks && !blocks_split ? span_inline_max / 4
                          : once                  ? 2 * span_inline_max
                          : strcmp(name, "allreduce") == 0
-                             ? span_inline_max / m
+                             ? (m == 1 ? 2 * span_inline_max
+                                       : span_inline_max / m)
                              : span_inline_max;
     size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX

@@ -1043,9 +1043,13 @@ static zcopy_status_t span_fallback_settled(zcopy_comm_t *zc,
  * An allreduce inline sends each other server its m ranks' whole vectors
  * (m the largest server's ranks), where the hierarchical allreduce sends
  * about one vector's worth in more rounds, so it carries the parameter
- * over m. On 2 servers of 1 rank it stayed faster inline up to 256 KiB;
- * on 2 of 2 (emulated or virtual) it ran 1.1-1.7x slower inline at 256
- * KiB, and at 96-128 KiB either way (docs/parameters.md). */
+ * over m. On 2 of 2 (emulated or virtual) it ran 1.1-1.7x slower inline
+ * at 256 KiB, and at 96-128 KiB either way (docs/parameters.md). With one
+ * rank a server it carries twice the parameter, within the 1 MiB of all
+ * payloads (512 KiB on 2 servers, 341 KiB on 3, as before from 4): there
+ * stock's recursive doubling sends the whole vector once too, and on 2
+ * servers of 1 rank 512 KiB took 238 us inline against 360 through
+ * transfers (11 interleaved jobs, docs/parameters.md). */
 static size_t span_inline_limit(const zcopy_span_t *sp,
                                 const zcopy_coll_args_t *a)
 {
@@ -1057,7 +1061,7 @@ static size_t span_inline_limit(const zcopy_span_t *sp,
     if (zcopy_span_reads_one_payload(a->type))
         return zcopy_span_payload_rank_max();
     if (a->type == ZCOPY_COLL_ALLREDUCE)
-        return limit / m;
+        return m == 1 ? zcopy_span_payload_rank_max() : limit / m;
     return limit;
 }
 
