@@ -479,8 +479,8 @@ static size_t gathered_verify(run_t *r, unsigned seed)
 }
 
 /* allgatherv: allgather's data through MPI_Allgatherv, every count the
- * block: what a program that calls the v-form pays (zcopy runs v-forms on
- * paths of their own). The counts are written with the inputs, outside
+ * block: what a program that calls the v-form pays (zcopy decides its
+ * path by counts and displacements). The counts are written with the inputs, outside
  * the timed call. */
 static size_t allgatherv_inputs(run_t *r, io_t io, unsigned seed)
 {
@@ -803,9 +803,8 @@ static void usage(FILE *f)
 "(--timing osu: of the ranks' mean),\n"
 "min_us the smallest; algbw = size/time (GB/s = 1e9 B/s); busbw = algbw *\n"
 "2(n-1)/n (allreduce), (n-1)/n (reduce_scatter_block, allgather, alltoall,\n"
-"alltoall_between, allgatherv, gather, scatter), 1 (reduce, bcast), n\n"
-"(memcpy: all\n"
-"ranks together);\n"
+"alltoall_between, allgatherv, gather, scatter), 1 (reduce, bcast),\n"
+"n (memcpy: all ranks together);\n"
 "errors: mismatches over all ranks and iterations (with --check); path:\n"
 "zcopy, fallback:<reason>, mixed, or stock (component not loaded), from\n"
 "MPIX_Zcopy_get_stats around the timed iterations.\n");

@@ -53,7 +53,10 @@ typedef struct {
                                  travel inside the control plane (between
                                  servers, within its payload area too,
                                  twice it for bcast, scatter and
-                                 alltoall, and a quarter of it for
+                                 alltoall, and for allreduce where every
+                                 server has one rank, over the most
+                                 ranks of one server for allreduce
+                                 otherwise, and a quarter of it for
                                  alltoall, reduce_scatter_block and
                                  scatter where leaders send whole
                                  payloads);

@@ -263,8 +263,8 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->rooted_yield_min);
     zcopy_register_ulong("one_per_server_min",
         "On a communicator that spans servers with one rank on each, a "
-        "collective (not a v-form) that moves fewer bytes per rank than "
-        "this, and a barrier, go to the previous component on every rank, "
+        "collective (not a v-form but allgatherv, by its largest block) "
+        "that moves fewer bytes per rank than this, and a barrier, go to the previous component on every rank, "
         "counted as a fallback: there zcopy's small calls send what stock "
         "sends plus their agreement, and a rooted call's root waits for "
         "every arrival where stock's root sends and leaves. 0: zcopy takes "
@@ -284,10 +284,12 @@ static int zcopy_register(void)
         OPAL_INFO_LVL_9, &c->one_per_server_moves);
     zcopy_register_ulong("span_inline_max",
         "On communicators that span servers: collectives whose payload is "
-        "at most this many bytes per rank (twice it for bcast, scatter "
-        "and alltoall; a quarter of it for alltoall, reduce_scatter_block "
-        "and scatter where leaders cannot send each server only its "
-        "ranks' blocks) and at most 1 MiB for all ranks together (4 MiB "
+        "at most this many bytes per rank (an allgatherv's largest block; "
+        "twice it for bcast, scatter and alltoall, and for allreduce where "
+        "every server has one rank; allreduce over the most ranks of one "
+        "server otherwise; a quarter of it for alltoall, "
+        "reduce_scatter_block and scatter where leaders cannot send each "
+        "server only its ranks' blocks) and at most 1 MiB for all ranks together (4 MiB "
         "for bcast, scatter and alltoall) ride with the arrival, one round "
         "between the servers' leaders instead of UCX transfers and syncs: "
         "a copy in and out. 0 never does",
@@ -565,8 +567,8 @@ int mca_coll_zcopy_register_pvars(void)
           "communicator", PVAR_UCX_BYTES },
         { "inline_calls", "Of the zero-copy collectives, those whose payload "
           "(at most coll_zcopy_inline_max bytes per rank; between servers "
-          "coll_zcopy_span_inline_max, twice it for bcast, scatter and "
-          "alltoall) travelled inside the control plane", PVAR_INLINE_CALLS },
+          "coll_zcopy_span_inline_max, with the exceptions it names) "
+          "travelled inside the control plane", PVAR_INLINE_CALLS },
         { "ctl_msgs", "Control messages this rank sent in collectives on "
           "this communicator: a record in shared memory counts once, what "
           "goes to another server once per rank it reaches", PVAR_CTL_MSGS },

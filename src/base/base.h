@@ -81,11 +81,11 @@ typedef struct {
     size_t one_per_server_min; /* bytes per rank: on a communicator with one
                                   rank on each server, smaller calls go to
                                   the previous component (spanning path) */
-    bool one_per_server_moves; /* there, zcopy also runs the allgathers
-                                  and alltoalls whose payloads do not ride
-                                  with the arrival, and every v-form of
-                                  them (else they go to the previous
-                                  component) */
+    bool one_per_server_moves; /* there, zcopy also runs the
+                                  allgather(v)s and alltoalls whose
+                                  payloads do not ride with the arrival,
+                                  and every alltoallv (else they go to the
+                                  previous component) */
     size_t span_inline_max;    /* the same between servers: payloads ride
                                   with the arrivals (coll/span.h caps) */
     int span_dissemination_min; /* servers from which the leaders pass

@@ -1,6 +1,7 @@
 /*
  * Small collectives: when every rank's payload of a fixed-size collective
- * is at most the path's inline limit, it travels with the rank's arrival:
+ * (or an allgatherv's largest, which every rank knows) is at most the
+ * path's inline limit, it travels with the rank's arrival:
  * in its inline record inside a server (coll_zcopy_inline_max, or
  * coll_zcopy_inline_max_yield where waits yield; server/control.h), in its
  * leader's message between servers (coll_zcopy_span_inline_max). That is
@@ -150,17 +151,17 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
             if (j != r || a->sbuf != MPI_IN_PLACE)
                 memcpy(out + block * (size_t)j, lines[j], block);
         return ZCOPY_SUCCESS;
-    case ZCOPY_COLL_ALLGATHERV:
+    case ZCOPY_COLL_ALLGATHERV: {
         /* Contiguous types only (the plan's), so elements are bytes of
          * zcopy_host.type_size() each. */
-        for (int j = 0; j < n; j++) {
-            const size_t size = zcopy_host.type_size(a->rtype);
+        const size_t size = zcopy_host.type_size(a->rtype);
 
-            if (j != r || a->sbuf != MPI_IN_PLACE)
+        for (int j = 0; j < n; j++)
+            if (a->rcounts[j] > 0 && (j != r || a->sbuf != MPI_IN_PLACE))
                 memcpy(out + (size_t)a->rdispls[j] * size, lines[j],
                        (size_t)a->rcounts[j] * size);
-        }
         return ZCOPY_SUCCESS;
+    }
     case ZCOPY_COLL_ALLTOALL:
         for (int j = 0; j < n; j++)
             memcpy(out + block * (size_t)j, lines[j] + block * (size_t)r,

@@ -1363,8 +1363,8 @@ static int yield;
  * the most ranks of one server, or twice it where that is 1), and what
  * every sender's
  * payload needs fits the plane's area (n payloads of up to twice the
- * parameter, or the root's alone; for the collectives not doubled, within
- * 1 MiB). */
+ * parameter, or the root's alone; within 1 MiB but for bcast, scatter and
+ * alltoall). */
 static bool span_carries(const coll_case_t *c, size_t bytes,
                          bool blocks_split, int max_group)
 {
@@ -1805,7 +1805,8 @@ static size_t span_window_count(const phase_t *ph, const type_desc_t *t)
  * ranks for alltoall) and blocks are split (not where leaders pass rounds
  * in steps, which keeps scatter and alltoall at a quarter). gather and
  * allgather, whose payload is a rank's input, get the same count, and
- * the v-forms, which never ride the arrival, 384 KiB per block. */
+ * the v-forms 384 KiB per block (allgatherv rides as allgather by its
+ * largest block; the others never ride the arrival). */
 static size_t span_twice_count(const phase_t *ph, int coll,
                                const type_desc_t *t)
 {
@@ -1815,10 +1816,11 @@ static size_t span_twice_count(const phase_t *ph, int coll,
 }
 
 /* An allreduce between servers carries coll_zcopy_span_inline_max over
- * the most ranks of one server with the arrival (span_carries): with the
- * suite's 256 KiB, a vector of 128 KiB rides where a server has up to 2
- * ranks (the limit is inclusive), one of 192 KiB only where every server
- * has one. */
+ * the most ranks of one server with the arrival, or twice it where every
+ * server has one, within 1 MiB of payloads in all (span_carries): with
+ * the suite's 256 KiB, a vector of 128 KiB rides where a server has up to
+ * 2 ranks (the limit is inclusive), one of 192 KiB only where every server
+ * has one, and one of 320 KiB there on up to 3 servers. */
 static size_t span_allreduce_count(const type_desc_t *t, size_t kib)
 {
     return kib * KIB / t->extent;
@@ -1841,12 +1843,13 @@ static void run_reductions(phase_t *ph)
                                       coll == C_RSB
                                           ? span_window_count(ph, t)
                                           : span_allreduce_count(t, 128),
-                                      span_allreduce_count(t, 192) };
+                                      span_allreduce_count(t, 192),
+                                      span_allreduce_count(t, 320) };
             /* The windows between servers: the payloads of blocks, and
              * allreduce's. */
             const size_t nsizes = !span              ? 5
                                   : coll == C_RSB       ? 6
-                                  : coll == C_ALLREDUCE ? 7
+                                  : coll == C_ALLREDUCE ? 8
                                                         : 5;
             for (size_t oi = 0; oi < NOPS; oi++) {
                 if (!op_applies(&ops[oi], t))

@@ -8,8 +8,8 @@
  *   test_one_per_server lone    every server holds one rank (two virtual
  *                               servers of one rank, every rank through
  *                               UCX, or the emulated cluster's 2x1): below
- *                               the limit every fixed-form collective and
- *                               every barrier falls back on every rank
+ *                               the limit every fixed-form collective,
+ *                               allgatherv and every barrier falls back on every rank
  *                               with the small calls' reason and no
  *                               control message; from the limit every
  *                               one runs zero-copy, but allgather(v) and

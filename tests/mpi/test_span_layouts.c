@@ -50,7 +50,20 @@ static size_t layout(size_t count, int *counts, int *displs)
     return (size_t)nranks * (count + GAP);
 }
 
-static void expect_zcopy(const char *what, size_t count,
+/* Whether an allgatherv of @count ints per rank rides with the arrival:
+ * at most coll_zcopy_span_inline_max per rank, in whole cache lines, and
+ * 1 MiB for all ranks together. */
+static bool rides(size_t count)
+{
+    const size_t bytes = count * sizeof(int);
+
+    return bytes <= zt_cvar_ulong("coll_zcopy_span_inline_max", 0) &&
+           (bytes + 63) / 64 * 64 * (size_t)nranks <= (size_t)1 << 20;
+}
+
+/* One zero-copy call since @before, riding with the arrival or not as
+ * @inlined says. */
+static void expect_zcopy(const char *what, size_t count, bool inlined,
                          const MPIX_Zcopy_stats *before, uint64_t *ucx)
 {
     MPIX_Zcopy_stats after = zt_stats(MPI_COMM_WORLD);
@@ -59,6 +72,11 @@ static void expect_zcopy(const char *what, size_t count,
              after.fallback_calls == before->fallback_calls,
              "%s count=%zu: rank %d: not zero-copy (last reason: %s)", what,
              count, rank, after.last_fallback_reason);
+    ZT_CHECK(after.inline_calls - before->inline_calls == (inlined ? 1 : 0),
+             "%s count=%zu: rank %d: %llu inline calls, expected %d", what,
+             count, rank,
+             (unsigned long long)(after.inline_calls - before->inline_calls),
+             inlined ? 1 : 0);
     *ucx += after.ucx_bytes - before->ucx_bytes;
 }
 
@@ -93,7 +111,7 @@ static void run_allgatherv(int *sbuf, int *rbuf, size_t count, bool in_place,
                         rbuf, counts, displs, MPI_INT, MPI_COMM_WORLD);
     ZT_CHECK(rc == MPI_SUCCESS, "allgatherv: rank %d: returned %d", rank, rc);
     expect_zcopy(in_place ? "allgatherv in place" : "allgatherv", count,
-                 &before, ucx);
+                 rides(count), &before, ucx);
     check_blocks("allgatherv", count, rbuf, displs, call, false);
 }
 
@@ -119,7 +137,7 @@ static void run_alltoallv(int *sbuf, int *rbuf, size_t count, int call,
     rc = MPI_Alltoallv(sbuf, scounts, sdispls, MPI_INT, rbuf, rcounts,
                        rdispls, MPI_INT, MPI_COMM_WORLD);
     ZT_CHECK(rc == MPI_SUCCESS, "alltoallv: rank %d: returned %d", rank, rc);
-    expect_zcopy("alltoallv", count, &before, ucx);
+    expect_zcopy("alltoallv", count, false, &before, ucx);
     check_blocks("alltoallv", count, rbuf, rdispls, call, true);
 }
 

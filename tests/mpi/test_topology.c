@@ -41,7 +41,9 @@
 #define MAX_RANKS 16
 #define BIG_COUNT 70000          /* ints: 280 KB, above the small-message
                                     threshold and above what rides with
-                                    an arrival between servers (256 KiB) */
+                                    an arrival between servers (256 KiB;
+                                    but an allreduce's where every server
+                                    has one rank, up to 512 KiB) */
 
 static int wrank, wsize, virtual_servers = 1;
 static bool cluster;                /* --cluster: servers are hosts */

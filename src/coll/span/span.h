@@ -60,7 +60,8 @@ static_assert(sizeof(zcopy_span_desc_t) <= ZCOPY_SPAN_DESC_STRIDE,
 /* Collectives whose every rank reads at most one payload's worth of an
  * arrival and reduces nothing: the root's payload (bcast), a block of it
  * (scatter), a block of each (alltoall). They may carry twice
- * coll_zcopy_span_inline_max (span.c, span_inline_limit). */
+ * coll_zcopy_span_inline_max (span.c, span_inline_limit; so may allreduce
+ * where every server has one rank, within the other collectives' room). */
 static inline bool zcopy_span_reads_one_payload(zcopy_coll_type_t type)
 {
     return type == ZCOPY_COLL_BCAST || type == ZCOPY_COLL_SCATTER ||
@@ -226,8 +227,8 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
  * stock's root sends and leaves: calls of fewer than
  * coll_zcopy_one_per_server_min bytes per rank, and barriers, go there
  * too. Returns the reason, NULL where zcopy takes the call. Each rank
- * decides alone: the type, the sizes of fixed forms and whether payloads
- * ride agree on every rank, the layout and the parameters are agreed at
+ * decides alone: the type, the sizes of fixed forms (and allgatherv's
+ * counts) and whether payloads ride agree on every rank, the layout and the parameters are agreed at
  * set-up. */
 static inline const char *zcopy_span_hands_over(const zcopy_comm_t *zc,
                                                 const zcopy_coll_args_t *a,
