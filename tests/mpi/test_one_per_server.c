@@ -188,8 +188,8 @@ static void run_allgather(int ints, bool in_place, const char *want, int call)
         check_block("allgather", ints, -1, recv + ints * j, ints, j, 0, call);
 }
 
-/* A v-form's arguments for @ints per rank, blocks in rank order, in the
- * arena (@counts, then @displs). */
+/* A v-form's arguments for @ints per rank (of the type they count), blocks
+ * in rank order, in the arena (@counts, then @displs). */
 static void v_blocks(int ints, int **counts, int **displs)
 {
     *counts = take((size_t)nranks);
@@ -201,18 +201,23 @@ static void v_blocks(int ints, int **counts, int **displs)
 }
 
 /* Handed over as allgather is (@want): by its largest block, which every
- * rank knows from the counts. */
-static void run_allgatherv(int ints, const char *want, int call)
+ * rank knows from the counts. As allgather's, the receive counts whole
+ * blocks of a type of its own where the send counts ints, so only the
+ * bytes agree. (Every rank alike: stock's tuned picks its allgatherv
+ * algorithm from the receive type too, and ranks with different types
+ * would run different algorithms and hang.) */
+static void run_allgatherv(int ints, bool in_place, const char *want,
+                           int call)
 {
     int *send = take((size_t)ints), *recv = take((size_t)(ints * nranks));
     int *counts, *displs;
     MPIX_Zcopy_stats b;
 
-    v_blocks(ints, &counts, &displs);
-    fill(send, ints, rank, call);
+    v_blocks(1, &counts, &displs);
+    fill(in_place ? recv + ints * rank : send, ints, rank, call);
     b = zt_stats(MPI_COMM_WORLD);
-    MPI_Allgatherv(send, ints, MPI_INT, recv, counts, displs, MPI_INT,
-                   MPI_COMM_WORLD);
+    MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, ints, MPI_INT, recv,
+                   counts, displs, whole, MPI_COMM_WORLD);
     check_path("allgatherv", -1, ints, &b, want);
     for (int j = 0; j < nranks; j++)
         check_block("allgatherv", ints, -1, recv + ints * j, ints, j, 0, call);
@@ -338,6 +343,7 @@ static void run_round(int ints, const char *sized, const char *moved,
         run_allreduce(ints, ip, sized, ++*call);
         run_reduce_scatter_block(ints, ip, sized, ++*call);
         run_allgather(ints, ip, moved, ++*call);
+        run_allgatherv(ints, ip, moved, ++*call);
         /* Beyond the arrival, an alltoall in place across servers is
          * the fallback's (span.c), where it is not handed over first. */
         run_alltoall(ints, ip,
@@ -353,8 +359,6 @@ static void run_round(int ints, const char *sized, const char *moved,
                 run_bcast(ints, root, sized, ++*call);
         }
     }
-    cursor = 0;
-    run_allgatherv(ints, moved, ++*call);
     cursor = 0;
     run_alltoallv(ints, moved_v, ++*call);
     MPI_Type_free(&whole);
