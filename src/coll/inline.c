@@ -110,6 +110,60 @@ const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
     }
 }
 
+/* An alltoallv's payload, where the spanning path carries its blocks (its
+ * receivers know only the size of their own block from each sender): a
+ * table of n + 1 offsets from the payload's start, where the block for
+ * each rank begins and where the last one ends, then the blocks in rank
+ * order. */
+typedef uint32_t vpack_offset_t;
+
+size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                        const coll_plan_t *plan, uint8_t *dst, size_t room)
+{
+    const int n = zc->size;
+    const size_t head = ((size_t)n + 1) * sizeof(vpack_offset_t);
+    vpack_offset_t *offsets = (vpack_offset_t *)(void *)dst;
+    size_t at = head;
+
+    if (room > UINT32_MAX || head > room)
+        return 0;
+    for (int j = 0; j < n; j++) {
+        const size_t len = (size_t)a->scounts[j] * plan->ssize;
+
+        if (len > room - at)
+            return 0;
+        offsets[j] = (vpack_offset_t)at;
+        memcpy(dst + at, (const uint8_t *)a->sbuf +
+                             (size_t)a->sdispls[j] * plan->ssize, len);
+        at += len;
+    }
+    offsets[n] = (vpack_offset_t)at;
+    return at;
+}
+
+/* This rank's block of each alltoallv payload (zcopy_coll_vpack) of at
+ * most @room bytes. A block longer than the receive count says (a
+ * program that broke MPI's matching rule) is cut to it; a table that
+ * points outside its payload is skipped. */
+static void vpack_deliver(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                          const uint8_t *const *lines, size_t room)
+{
+    const int n = zc->size, r = zc->rank;
+    const size_t size = zcopy_host.type_size(a->rtype);
+
+    for (int j = 0; j < n; j++) {
+        const vpack_offset_t *offsets =
+            (const vpack_offset_t *)(const void *)lines[j];
+        const size_t lo = offsets[r], hi = offsets[r + 1];
+        const size_t want = (size_t)a->rcounts[j] * size;
+
+        if (lo > hi || hi > room)
+            continue;
+        memcpy((uint8_t *)a->rbuf + (size_t)a->rdispls[j] * size,
+               lines[j] + lo, hi - lo < want ? hi - lo : want);
+    }
+}
+
 /* Delivers the payloads of @lines into this rank's output; what it reads
  * of them, zcopy_coll_inline_reads() says. */
 zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
@@ -166,6 +220,9 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
         for (int j = 0; j < n; j++)
             memcpy(out + block * (size_t)j, lines[j] + block * (size_t)r,
                    block);
+        return ZCOPY_SUCCESS;
+    case ZCOPY_COLL_ALLTOALLV: /* @total: each payload's room */
+        vpack_deliver(zc, a, lines, total);
         return ZCOPY_SUCCESS;
     default:
         return zcopy_error(ZCOPY_ERR_INTERNAL, "no inline form of %s",

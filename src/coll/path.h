@@ -154,6 +154,14 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                          const zcopy_coll_args_t *a,
                                          const uint8_t *const *lines,
                                          size_t total);
+/* An alltoallv's payload where a path carries its blocks, whose sizes
+ * differ by pair (the spanning path's): this rank's blocks, and where each
+ * begins, packed at @dst within @room bytes. Returns the bytes written,
+ * or 0 where they do not fit. A planned call's (contiguous types, no
+ * negative count), not in place. zcopy_coll_inline_deliver() takes such
+ * payloads with @total the room each had. */
+size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
+                        const coll_plan_t *plan, uint8_t *dst, size_t room);
 
 /* What zcopy_coll_inline_deliver() will read of the payloads, for a
  * control plane to fetch while it waits for them: @len bytes at @off of

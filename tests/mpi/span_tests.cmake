@@ -59,6 +59,10 @@ zcopy_add_mpi_test(NAME mpi.span_push.vservers2.np4 TARGET test_span_push
                    MCA coll_zcopy_virtual_servers=2 coll_zcopy_ucx_push_min=4096
                        coll_zcopy_span_inline_max=0
                    LABELS span)
+zcopy_add_mpi_test(NAME mpi.span_carry.vservers2.np4 TARGET test_span_push
+                   NP 4 ARGS shared carry
+                   MCA coll_zcopy_virtual_servers=2 coll_zcopy_ucx_push_min=4096
+                   LABELS span)
 # Scale by simulation: 16 servers of 2 (a few seconds here).
 zcopy_add_mpi_test(NAME mpi.span_plane.vservers16.np32 TARGET test_span_plane
                    NP 32 MCA coll_zcopy_virtual_servers=16 LABELS span scale)

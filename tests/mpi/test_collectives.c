@@ -1226,6 +1226,7 @@ typedef struct {
     int max_group;            /* the most ranks of one server, where the
                                  comm spans servers (phase_pushes) */
     bool blocks_split;        /* comm_splits_blocks(), in span mode */
+    bool packs;               /* comm_packs(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
     log_entry_t *log;
@@ -1251,6 +1252,7 @@ static uint64_t fnv1a(const char *s)
 }
 
 static bool comm_splits_blocks(const int *wranks, int n);
+static bool comm_packs(const int *wranks, int n);
 
 /* Whether auto pushes alltoall blocks of push_min bytes or more (and every
  * alltoallv block) between the servers of WORLD or its dup, @ph: where
@@ -1317,6 +1319,7 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
         ranks[j] = j;
     MPI_Group_translate_ranks(group, ph->n, ranks, world, wranks);
     ph->blocks_split = span && comm_splits_blocks(wranks, ph->n);
+    ph->packs = span && comm_packs(wranks, ph->n);
     /* Which members use the arena: nobody in malloc mode, every rank but
      * world rank 1 in mixed mode. */
     for (int j = 0; j < ph->n; j++)
@@ -1428,6 +1431,38 @@ static size_t limit_of(const MPIX_Zcopy_stats *stats)
  * for reduce_scatter_block, scatter and alltoall. Returns 1
  * (inline), 0 (not), or -1 when it depends on whether a split of a span
  * job lies in one server, which the test does not know. */
+/* An alltoallv between servers rides the arrival where every rank's
+ * blocks, after a table of n + 1 four-byte offsets, fit its slot: a
+ * quarter of coll_zcopy_span_inline_max, within 1 MiB (or the area) over
+ * the ranks, in whole lines; not in place, nor where leaders cannot pack
+ * (src/coll/span/span.c, span_vslot). Inside a server it never does. 1,
+ * 0, or -1 where the communicator may or may not span servers. */
+static int expect_vcarried(const coll_case_t *c, const phase_t *ph)
+{
+    const size_t n = (size_t)c->n;
+    size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
+                      ? SPAN_PAYLOAD_MAX
+                      : (2 * span_inline_max * n + 63) / 64 * 64;
+    size_t slot = span_inline_max / 4;
+
+    if (!span || c->in_place || !ph->packs)
+        return 0;
+    if (area > SPAN_PAYLOAD_ALL_MAX)
+        area = SPAN_PAYLOAD_ALL_MAX;
+    if (slot > area / n)
+        slot = area / n;
+    slot -= slot % 64;
+    for (int j = 0; j < c->n; j++) {
+        size_t bytes = (n + 1) * 4;
+
+        for (int k = 0; k < c->n; k++)
+            bytes += (size_t)a2a_count(c, j, k) * c->type->extent;
+        if (bytes > slot)
+            return 0;
+    }
+    return ph->spans ? 1 : -1;
+}
+
 static int expect_inline(const coll_case_t *c, const phase_t *ph,
                          size_t limit)
 {
@@ -1440,6 +1475,8 @@ static int expect_inline(const coll_case_t *c, const phase_t *ph,
 
     if (c->type == NULL)
         return 0;
+    if (strcmp(c->coll->name, "alltoallv") == 0)
+        return expect_vcarried(c, ph);
     for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++)
         if (strcmp(c->coll->name, whole[i]) == 0)
             bytes = c->count * c->type->extent;
@@ -1993,6 +2030,38 @@ static bool comm_splits_blocks(const int *wranks, int n)
     }
     return servers > 1 && !(steps_from > 0 && servers >= steps_from) &&
            1 + most * runs_most <= 256;
+}
+
+/* Whether the leaders of a communicator of WORLD ranks @wranks[n] can
+ * send payloads that vary by rank (an alltoallv's packed blocks), a piece
+ * per member (src/coll/span/plane.c, plane_packs): not where rounds go in
+ * steps, nor where a server's places and members would take more than
+ * 256 pieces. */
+static bool comm_packs(const int *wranks, int n)
+{
+    const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
+    const bool ucx = transport && strcmp(transport, "ucx") == 0;
+    const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
+                                       64);
+    int servers = 0, most = 0;
+
+    for (int first = 0; first < n; first++) {
+        int size = 0;
+        bool seen = false;
+
+        for (int j = 0; j < first && !seen; j++)
+            seen = ucx ? false : world_server[wranks[j]] ==
+                                     world_server[wranks[first]];
+        if (seen)
+            continue;
+        for (int j = first; j < n; j++)
+            size += ucx ? j == first
+                        : world_server[wranks[j]] ==
+                              world_server[wranks[first]];
+        servers++;
+        most = size > most ? size : most;
+    }
+    return !(steps_from > 0 && servers >= steps_from) && 1 + most <= 256;
 }
 
 /* WORLD's phase on a job that spans servers: mappings carried the part

@@ -25,6 +25,17 @@
  * ints, so their displacements stay inside each server too: a rank sends
  * no message through the previous component.
  *
+ *   test_span_push apart|shared carry
+ *                           with coll_zcopy_span_inline_max at its default
+ *                           instead: alltoallvs whose every rank's blocks
+ *                           fit its slot of the arrival (a quarter of that,
+ *                           packed with their offsets) ride it, one round
+ *                           and no push, and every third call one rank
+ *                           sends a block too large for its slot, so that
+ *                           the others' carried blocks go unused and every
+ *                           block between servers is pushed as above (no
+ *                           alltoall runs: its blocks would ride too)
+ *
  * Each alltoall(v) is followed at once by an allreduce, so that a server
  * that leaves the alltoall early sends its next arrival while another is
  * still inside: in turn on activated memory (a zero-copy arrival) and on
@@ -37,9 +48,13 @@
 #include <string.h>
 
 #define CALLS 12
+/* Ints of the block that makes its sender's blocks too large for its slot
+ * of the arrival (64 KiB under the default coll_zcopy_span_inline_max). */
+#define V_BIG 17000
 
 static int rank, nranks;
 static bool pushes;             /* no host has an RDMA device */
+static bool carry;              /* small alltoallvs ride the arrival */
 
 /* This rank's server: how many ranks it has, whether this rank leads it
  * (its lowest rank), and how many servers there are; and by rank, the
@@ -141,17 +156,60 @@ static void run_alltoall(const server_t *s, bool apart, int *send, int *recv,
                    : "servers on one host: the last sync spans them");
 }
 
+/* Whether one rank's blocks of alltoallv call @call are too large to ride
+ * the arrival, in carry mode: every third call's. */
+static bool v_big_call(int call)
+{
+    return carry && call % 3 == 2;
+}
+
 /* Ints in the alltoallv block rank @from sends rank @to in call @call:
- * none, 3 (below coll_zcopy_ucx_push_min), 1024 or 1500, by pair. */
+ * none, 3 (below coll_zcopy_ucx_push_min), 1024 or 1500, by pair; in a
+ * big call, V_BIG from one rank (in turn) to the next. */
 static int v_ints(int from, int to, int call)
 {
     static const int sizes[] = { 0, 3, 1024, 1500 };
 
+    if (v_big_call(call) && from == call / 3 % nranks &&
+        to == (from + 1) % nranks)
+        return V_BIG;
     return sizes[(from * 7 + to * 3 + call) % 4];
 }
 
 #define V_SEND_GAP 5 /* ints between send blocks, which go in reverse */
 #define V_RECV_GAP 3 /* ints after each received block, left as they were */
+
+/* Carry mode: an alltoallv whose every rank's blocks rode its arrival:
+ * one zero-copy call, inline, nothing pushed or read, and one round
+ * (this rank's record, and a leader's message to each other server). */
+static void run_alltoallv_carried(const server_t *s, int call,
+                                  const MPIX_Zcopy_stats *b,
+                                  const MPIX_Zcopy_stats *a)
+{
+    const unsigned long long others = (unsigned long long)s->count - 1;
+    const unsigned long long want_msgs = 1 + (s->leader ? others : 0);
+    const unsigned long long msgs = a->ctl_msgs - b->ctl_msgs;
+
+    ZT_CHECK(a->zcopy_calls - b->zcopy_calls == 1 &&
+                 a->fallback_calls == b->fallback_calls &&
+                 a->inline_calls - b->inline_calls == 1,
+             "alltoallv %d: rank %d: not one zero-copy call riding the "
+             "arrival (zcopy %llu, fallback %llu, inline %llu; %s)", call,
+             rank, (unsigned long long)(a->zcopy_calls - b->zcopy_calls),
+             (unsigned long long)(a->fallback_calls - b->fallback_calls),
+             (unsigned long long)(a->inline_calls - b->inline_calls),
+             a->last_fallback_reason);
+    ZT_CHECK(a->p2p_bytes == b->p2p_bytes && a->ucx_bytes == b->ucx_bytes &&
+                 a->ipc_bytes == b->ipc_bytes,
+             "alltoallv %d: rank %d: carried blocks, yet %llu bytes pushed "
+             "or read, %llu through UCX, %llu through mappings", call, rank,
+             (unsigned long long)(a->p2p_bytes - b->p2p_bytes),
+             (unsigned long long)(a->ucx_bytes - b->ucx_bytes),
+             (unsigned long long)(a->ipc_bytes - b->ipc_bytes));
+    ZT_CHECK(msgs == want_msgs, "alltoallv %d: rank %d (%s) sent %llu "
+             "control messages, expected %llu (the arrival alone)", call,
+             rank, s->leader ? "a leader" : "not a leader", msgs, want_msgs);
+}
 
 /* An alltoallv whose blocks between servers are pushed whatever their
  * size, down to 3 ints: no rank reads a block of another server, so its
@@ -164,6 +222,7 @@ static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
 {
     const unsigned long long others = (unsigned long long)s->count - 1;
     int scounts[nranks], sdispls[nranks], rcounts[nranks], rdispls[nranks];
+    const bool carried = carry && !v_big_call(call);
     unsigned long long want_p2p = 0, want_msgs, msgs, p2p;
     MPIX_Zcopy_stats b, a;
     int at = 0;
@@ -211,6 +270,10 @@ static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
                  (unsigned long long)(a.fallback_calls - b.fallback_calls));
         return;
     }
+    if (carried) {
+        run_alltoallv_carried(s, call, &b, &a);
+        return;
+    }
     ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
                  a.fallback_calls == b.fallback_calls &&
                  a.inline_calls == b.inline_calls,
@@ -252,6 +315,7 @@ static void run_allreduce(int *buf, int call)
 int main(int argc, char **argv)
 {
     const int most = 2048;
+    size_t bytes;
     zt_arena_t arena;
     server_t s;
     size_t cursor = 0;
@@ -262,34 +326,42 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    zt_require(argc == 2 && (!strcmp(argv[1], "apart") ||
-                             !strcmp(argv[1], "shared")),
-               "usage: test_span_push apart|shared");
+    zt_require((argc == 2 || (argc == 3 && !strcmp(argv[2], "carry"))) &&
+                   (!strcmp(argv[1], "apart") || !strcmp(argv[1], "shared")),
+               "usage: test_span_push apart|shared [carry]");
     apart = !strcmp(argv[1], "apart");
+    carry = argc == 3;
     zt_require(zt_cvar_ulong("coll_zcopy_ucx_push_min", 0) == 4096 &&
-                   zt_cvar_ulong("coll_zcopy_span_inline_max", 1) == 0,
-               "run with coll_zcopy_ucx_push_min=4096 and "
-               "coll_zcopy_span_inline_max=0");
+                   zt_cvar_ulong("coll_zcopy_span_inline_max", 1) ==
+                       (carry ? 262144 : 0),
+               carry ? "run with coll_zcopy_ucx_push_min=4096 and "
+                       "coll_zcopy_span_inline_max at its default, 262144"
+                     : "run with coll_zcopy_ucx_push_min=4096 and "
+                       "coll_zcopy_span_inline_max=0");
     s = server_of(apart);
     rdma = zt_host_has_rdma();
     MPI_Allreduce(&rdma, &any_rdma, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     pushes = !any_rdma;
     zt_require(s.count > 1 && s.count < nranks,
                "needs several servers, one of several ranks");
-    zt_arena_init(&arena, MPI_COMM_WORLD,
-                  2 * (size_t)most * sizeof(int) * (size_t)nranks + 8192);
-    send = zt_arena_alloc(&arena, &cursor, (size_t)most * sizeof(int) *
-                                               (size_t)nranks);
-    recv = zt_arena_alloc(&arena, &cursor, (size_t)most * sizeof(int) *
-                                               (size_t)nranks);
+    /* Each buffer: the most ints a rank sends or receives in a call (with
+     * the gaps), V_BIG among them in carry mode. */
+    bytes = ((size_t)most * (size_t)nranks + (carry ? V_BIG : 0)) *
+            sizeof(int);
+    zt_arena_init(&arena, MPI_COMM_WORLD, 2 * bytes + 8192);
+    send = zt_arena_alloc(&arena, &cursor, bytes);
+    recv = zt_arena_alloc(&arena, &cursor, bytes);
     pair = zt_arena_alloc(&arena, &cursor, 2 * sizeof(int));
-    plain_send = malloc((size_t)most * sizeof(int) * (size_t)nranks);
-    plain_recv = malloc((size_t)most * sizeof(int) * (size_t)nranks);
+    plain_send = malloc(bytes);
+    plain_recv = malloc(bytes);
     zt_require(plain_send != NULL && plain_recv != NULL, "out of memory");
     /* Blocks of 4, 6 and 8 KiB in turn: every one pushed. */
     for (int call = 0; call < CALLS; call++) {
-        run_alltoall(&s, apart, send, recv, 1024 + 512 * (call % 3), call);
-        run_allreduce(call % 2 ? stack : pair, call);
+        if (!carry) {
+            run_alltoall(&s, apart, send, recv, 1024 + 512 * (call % 3),
+                         call);
+            run_allreduce(call % 2 ? stack : pair, call);
+        }
         run_alltoallv(&s, apart, send, recv, call, true);
         run_allreduce(call % 2 ? pair : stack, call);
         if (call % 3 == 1)

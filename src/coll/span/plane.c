@@ -258,6 +258,17 @@ static bool plane_split_blocks(const zcopy_span_t *sp)
     return 1 + (size_t)sp->max_group * (size_t)runs <= PLANE_PIECES_MAX;
 }
 
+/* Whether leaders send payloads that vary packed, a piece per member
+ * (plane_packed): not when rounds go in steps, which forward whole parts
+ * from the area, nor when a message would need more than
+ * PLANE_PIECES_MAX pieces. The same on every rank, which carries no such
+ * payload where leaders cannot pack (span.c). */
+static bool plane_packs(const zcopy_span_t *sp)
+{
+    return !plane_disseminates(sp) &&
+           1 + (size_t)sp->max_group <= PLANE_PIECES_MAX;
+}
+
 /* Leader: where the pieces of its message from (then to) each group start
  * in sp->pieces (piece_at[h], piece_at[ngroups + h]); returns how many in
  * all. */
@@ -303,6 +314,9 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->group_tag = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->blocks_split = plane_split_blocks(sp);
+    sp->packs = plane_packs(sp);
+    if (sp->packs && sp->rank == sp->leader)
+        sp->packed = calloc(1 + (size_t)gsize, sizeof(*sp->packed));
     if (sp->blocks_split && sp->rank == sp->leader) {
         sp->piece_at = calloc(2 * (size_t)sp->ngroups + 1,
                               sizeof(*sp->piece_at));
@@ -312,7 +326,8 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     cpus = calloc((size_t)gsize, sizeof(*cpus));
     offers = calloc((size_t)sp->nranks, sizeof(*offers));
     if (!sp->group_tag || !sp->group_flags || !cpus || !offers ||
-        (sp->blocks_split && sp->rank == sp->leader && sp->pieces == NULL))
+        (sp->blocks_split && sp->rank == sp->leader && sp->pieces == NULL) ||
+        (sp->packs && sp->rank == sp->leader && sp->packed == NULL))
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
     else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
@@ -418,6 +433,8 @@ void zcopy_span_plane_destroy(zcopy_span_t *sp)
     free(sp->group_flags);
     free(sp->pieces);
     free(sp->piece_at);
+    free(sp->packed);
+    sp->packed = NULL;
     sp->group_tag = NULL;
     sp->group_flags = NULL;
     sp->pieces = NULL;
@@ -524,6 +541,62 @@ static bool plane_places_only(const zcopy_span_t *sp, int h)
     return sp->carried.len > 0 && reader >= 0 && sp->group[reader] != h;
 }
 
+/* Leader: its group's part of an arrival whose payloads vary, packed
+ * into sp->packed: its places, then of each member's slot the bytes its
+ * place says it filled. Returns how many pieces, or 0 where the payloads
+ * do not vary. The receivers spread them back (plane_unpack). */
+static size_t plane_packed(zcopy_span_t *sp)
+{
+    const int g = sp->group[sp->rank], m = zcopy_span_group_size(sp, g);
+    size_t n = 0;
+
+    if (!sp->carried.varies)
+        return 0;
+    sp->packed[n++] = (zcopy_ucx_iov_t){
+        .buf = sp->area + zcopy_span_group_base(sp, g),
+        .len = plane_places_bytes(sp, g) };
+    for (int i = 0; i < m; i++) {
+        const int r = zcopy_span_member(sp, g, i);
+        const uint64_t filled = zcopy_span_desc(sp, r)->carried;
+
+        if (filled > 0)
+            sp->packed[n++] = (zcopy_ucx_iov_t){
+                .buf = (void *)zcopy_span_payload_of(sp, r), .len = filled };
+    }
+    return n;
+}
+
+/* Leader: spreads group @h's packed part (plane_packed), which landed at
+ * the start of its place in the area, to the members' slots, last member
+ * first: each payload moves up, never onto one not yet moved. A place
+ * whose count the slot cannot hold, or a part with a rank that declined
+ * (only its places came), is left alone: the call falls back, or its
+ * rank is read as one that did not carry. */
+static void plane_unpack(const zcopy_span_t *sp, int h)
+{
+    const int m = zcopy_span_group_size(sp, h);
+    uint8_t *base = sp->area + zcopy_span_group_base(sp, h) +
+                    plane_places_bytes(sp, h);
+    size_t at = 0;
+
+    for (int i = 0; i < m; i++) {
+        const zcopy_span_desc_t *d =
+            zcopy_span_desc(sp, zcopy_span_member(sp, h, i));
+
+        if (d->args.reason != REASON_NONE || d->carried > sp->carried.len)
+            return;
+        at += d->carried;
+    }
+    for (int i = m - 1; i >= 0; i--) {
+        const int r = zcopy_span_member(sp, h, i);
+        const size_t filled = zcopy_span_desc(sp, r)->carried;
+
+        at -= filled;
+        if (filled > 0)
+            memmove((void *)zcopy_span_payload_of(sp, r), base + at, filled);
+    }
+}
+
 /* Leader: posts the exchange with the other groups' leaders, counted in
  * @comp; false when a message could not be posted. An arrival whose
  * payloads are blocks sends each group only its ranks' blocks
@@ -541,7 +614,7 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
     zcopy_ucx_iov_t *iov;
     bool ok = true;
     uint8_t *buf;
-    size_t len, whole, places, n;
+    size_t len, whole, places, n, packed;
 
     /* Everything is posted even after a failure: a leader left without
      * its message would wait for it forever. */
@@ -558,6 +631,7 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
     }
     plane_buffers(sp, arrival, me, &buf, &whole);
     places = plane_places_bytes(sp, me);
+    packed = arrival && !declined ? plane_packed(sp) : 0;
     for (int h = 0; h < sp->ngroups; h++) {
         const bool places_only = arrival && plane_places_only(sp, h);
         bool sent;
@@ -566,8 +640,11 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
-        if (n == 0 && arrival && !declined && !places_only &&
-            sp->own_payload != NULL) {
+        if (n == 0 && packed > 0) {
+            iov = sp->packed;
+            n = packed;
+        } else if (n == 0 && arrival && !declined && !places_only &&
+                   sp->own_payload != NULL) {
             iov = sp->own_part;
             n = 2;
         }
@@ -846,6 +923,10 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
                                                           round, &w));
         for (int h = 0; h < sp->ngroups && !arrival; h++)
             any |= h == g ? 0 : sp->group_flags[h];
+        for (int h = 0; h < sp->ngroups && arrival && sp->carried.varies &&
+                        !top->failed; h++)
+            if (h != g)
+                plane_unpack(sp, h);
     }
     top->flags = any;
     /* Release: members that see the round see the received arrivals. */
@@ -875,6 +956,16 @@ static void plane_send_from(zcopy_span_t *sp, const void *src, size_t len)
         .buf = (void *)zcopy_span_desc(sp, sp->rank),
         .len = ZCOPY_SPAN_DESC_STRIDE };
     sp->own_part[1] = (zcopy_ucx_iov_t){ .buf = (void *)src, .len = len };
+}
+
+uint8_t *zcopy_span_payload_next(zcopy_span_t *sp,
+                                 const zcopy_span_payload_t *pl)
+{
+    /* What the arrival sets again, alike: nothing reads the area of the
+     * last arrival once its call has ended. */
+    sp->area = plane_area(sp, sp->arrivals + 1);
+    sp->carried = *pl;
+    return (uint8_t *)zcopy_span_payload_of(sp, sp->rank);
 }
 
 zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,

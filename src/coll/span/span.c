@@ -1107,6 +1107,60 @@ static size_t span_payload(const zcopy_comm_t *zc, const zcopy_span_t *sp,
     return total;
 }
 
+/* alltoallv: the slot in which each rank's blocks may ride its arrival,
+ * packed with their offsets (zcopy_coll_vpack), or 0 where they never do.
+ * Only each pair knows its block's size, so a rank carries its blocks
+ * where they fit, says so in its place, and the call is inline where
+ * every rank did (span_all_carried); else they move after the arrival as
+ * before. A slot of a quarter of coll_zcopy_span_inline_max, within the
+ * room of the collectives whose ranks read every payload: leaders send
+ * what each member filled, but to every other server, as the alltoall's
+ * unsplit blocks that get the same quarter. Not in place (the only
+ * alltoallv between servers that falls back), nor where leaders cannot
+ * pack; the same on every rank. */
+static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
+{
+    const size_t room = sp->payload_size < ZCOPY_SPAN_PAYLOAD_ALL_MAX
+                            ? sp->payload_size : ZCOPY_SPAN_PAYLOAD_ALL_MAX;
+    size_t slot = zcopy_config.span_inline_max / 4;
+
+    if (a->type != ZCOPY_COLL_ALLTOALLV || a->sbuf == MPI_IN_PLACE ||
+        !sp->packs)
+        return 0;
+    if (slot > room / (size_t)sp->nranks)
+        slot = room / (size_t)sp->nranks;
+    return slot - slot % ZCOPY_CACHE_LINE;
+}
+
+/* Whether every rank's alltoallv blocks rode the arrival in its slot of
+ * @slot bytes. */
+static bool span_all_carried(const zcopy_span_t *sp, size_t slot)
+{
+    for (int r = 0; r < sp->nranks; r++) {
+        const uint64_t carried = zcopy_span_desc(sp, r)->carried;
+
+        if (carried == 0 || carried > slot)
+            return false;
+    }
+    return true;
+}
+
+/* The payloads came with the arrivals: nobody reads a peer's buffer, so
+ * no sync follows (as in a server, inline.c). @total: each rank's
+ * payload, or an alltoallv's slot. */
+static zcopy_status_t span_deliver(zcopy_comm_t *zc, zcopy_span_t *sp,
+                                   const zcopy_coll_args_t *a, size_t total)
+{
+    const uint8_t **lines = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
+
+    for (int r = 0; r < sp->nranks; r++)
+        lines[r] = zcopy_span_payload_at(sp, r);
+    ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, total));
+    zc->stats.zcopy_calls++;
+    zc->stats.inline_calls++;
+    return ZCOPY_SUCCESS;
+}
+
 zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
 {
     zcopy_span_t *sp = zc->span;
@@ -1115,6 +1169,7 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
                              .comp = ZCOPY_UCX_COMP_INIT };
     zcopy_span_payload_t pl = { .root = -1, .reader = -1 };
     const size_t inline_total = span_payload(zc, sp, a, &pl);
+    const size_t vslot = span_vslot(sp, a);
     const char *handed = zcopy_span_hands_over(zc, a, inline_total > 0);
     zcopy_span_desc_t mine;
     const void *src = NULL;
@@ -1136,6 +1191,15 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (a->type == ZCOPY_COLL_ALLTOALLV && mine.args.reason == REASON_NONE &&
         zcopy_span_pushes_all(sp))
         span_publish_sdispls(zc, sp, a, plan.ssize);
+    if (vslot > 0) {
+        pl.len = vslot;
+        pl.varies = true;
+        if (mine.args.reason == REASON_NONE)
+            mine.carried = zcopy_coll_vpack(zc, a, &plan,
+                                            zcopy_span_payload_next(sp, &pl),
+                                            vslot);
+        zc->stats.ctl_bytes += mine.carried;
+    }
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len,
@@ -1150,18 +1214,10 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         if (reason != REASON_NONE)
             return zcopy_coll_fallback(zc, a->type, span_reason_text(reason));
     }
-    if (inline_total > 0) {
-        /* The payloads came with the arrivals: nobody reads a peer's
-         * buffer, so no sync follows (as in a server, inline.c). */
-        const uint8_t **lines = zcopy_comm_list(zc, ZCOPY_COMM_LIST_INPUTS);
-
-        for (int r = 0; r < sp->nranks; r++)
-            lines[r] = zcopy_span_payload_at(sp, r);
-        ZCOPY_CHECK(zcopy_coll_inline_deliver(zc, a, lines, inline_total));
-        zc->stats.zcopy_calls++;
-        zc->stats.inline_calls++;
-        return ZCOPY_SUCCESS;
-    }
+    if (inline_total > 0)
+        return span_deliver(zc, sp, a, inline_total);
+    if (vslot > 0 && span_all_carried(sp, vslot))
+        return span_deliver(zc, sp, a, vslot);
     /* Every rank is eligible, so every rank learns; a call that falls
      * back never sends displacements (its rows cost no message). */
     if (a->type == ZCOPY_COLL_ALLTOALLV &&

@@ -37,6 +37,9 @@ typedef struct {
     zcopy_ucx_block_ref_t sblock; /* size 0 when the send extent is empty */
     zcopy_ucx_block_ref_t rblock;
     zcopy_ucx_block_ref_t xblock; /* its scratch, when the call uses it */
+    uint64_t carried;             /* alltoallv: bytes of its packed blocks
+                                     in its payload slot, 0 where they did
+                                     not fit (zcopy_coll_vpack) */
 } zcopy_span_desc_t;
 
 /* Bytes of an arrival in the control plane's areas: whole cache lines, so
@@ -91,6 +94,10 @@ typedef struct {
                                      reduce_scatter_block, scatter: the
                                      payload is a block per rank); 0 when
                                      every rank reads it whole */
+    bool varies;                  /* @len is each sender's slot, of which
+                                     it fills what its place's `carried`
+                                     says (an alltoallv's packed blocks),
+                                     and leaders send only that */
 } zcopy_span_payload_t;
 
 /* Its UCX has a transport whose get the network does (rc, dc). */
@@ -133,6 +140,14 @@ typedef struct zcopy_span {
                                      steps, nor past 256 pieces per
                                      message (plane.c); the same on every
                                      rank */
+    bool packs;                   /* leaders can send payloads that vary
+                                     (zcopy_span_payload_t.varies): not
+                                     where rounds go in steps, nor past
+                                     256 members (plane.c); the same on
+                                     every rank */
+    zcopy_ucx_iov_t *packed;      /* leader, where it packs: its message's
+                                     pieces, its group's places then each
+                                     member's filled payload */
     zcopy_ucx_iov_t *pieces;      /* leader, where split: the pieces of its
                                      messages from, then to, each group */
     size_t *piece_at;             /* where each group's start in pieces */
@@ -334,6 +349,12 @@ static inline size_t zcopy_span_slot(size_t len)
 {
     return zcopy_align_up(len, ZCOPY_CACHE_LINE);
 }
+
+/* Where this rank's payload of its next arrival goes, for a caller that
+ * writes it there itself (a payload that varies: an alltoallv's packed
+ * blocks) and then arrives with no @src. */
+uint8_t *zcopy_span_payload_next(zcopy_span_t *sp,
+                                 const zcopy_span_payload_t *pl);
 
 /* Whether payloads of @pl fit one arrival of @sp, within @most bytes in
  * all. */
