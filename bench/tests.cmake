@@ -51,6 +51,18 @@ foreach(form plain inplace)
          --no-progress LABELS bench)
 endforeach()
 
+# alltoallv (alltoall's data through MPI_Alltoallv) likewise.
+foreach(form plain inplace)
+  set(extra)
+  if(form STREQUAL "inplace")
+    set(extra --in-place)
+  endif()
+  zcopy_add_mpi_test(NAME bench.check.alltoallv.${form}.np3
+    TARGET zcopy_bench NP 3
+    ARGS -c alltoallv --check --vary -b 8 -e 1M -f 8 -n 3 -w 1 ${extra}
+         --no-progress LABELS bench)
+endforeach()
+
 # Calls back to back, each followed by MPI_Barrier (--timing osu) instead
 # of the bench's own barrier before it: every call starts as the ranks
 # leave the previous barrier, at their own times.

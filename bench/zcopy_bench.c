@@ -24,6 +24,8 @@
  *                              component, what moving the rest costs
  *   allgatherv                 allgather's, through MPI_Allgatherv (every
  *                              count size / n)
+ *   alltoallv                  alltoall's, through MPI_Alltoallv (every
+ *                              count size / n)
  * Sizes are rounded down to whole elements (and whole per-rank blocks); a
  * size that holds no element per rank is skipped.
  *
@@ -539,6 +541,23 @@ static size_t alltoall_verify(run_t *r, unsigned seed)
     return bad;
 }
 
+/* alltoallv: alltoall's data through MPI_Alltoallv, every count the
+ * block, as the OSU micro-benchmarks' osu_alltoallv calls it (zcopy cannot
+ * know another pair's counts, so its path differs from alltoall's). */
+static size_t alltoallv_inputs(run_t *r, io_t io, unsigned seed)
+{
+    for (int q = 0; q < r->nranks && io == IO_WRITE; q++) {
+        r->counts[q] = r->mcount;
+        r->displs[q] = q * r->mcount; /* fits: layout() checked */
+    }
+    return alltoall_inputs(r, io, seed);
+}
+static int alltoallv_execute(run_t *r)
+{
+    return MPI_Alltoallv(SENDBUF(r, true), r->counts, r->displs, r->dt,
+                         r->recv, r->counts, r->displs, r->dt, r->comm);
+}
+
 /* alltoall_between: the alltoall above with every block between two ranks
  * of one host left out (count 0), so that only blocks between hosts move.
  * Under a stock component it tells how long its alltoallv's schedule takes
@@ -691,10 +710,13 @@ static const coll_t colls[] = {
     { "allgatherv", false, false, true, true, factor_ring,
       allgatherv_inputs, gathered_poison, allgatherv_execute,
       gathered_verify },
+    { "alltoallv", false, false, true, true, factor_ring,
+      alltoallv_inputs, gathered_poison, alltoallv_execute,
+      alltoall_verify },
 };
 #define NCOLLS (sizeof(colls) / sizeof(colls[0]))
-#define NALL 9 /* "all": every collective, not memcpy, alltoall_between or
-                  allgatherv */
+#define NALL 9 /* "all": every collective, not memcpy, alltoall_between,
+                  allgatherv or alltoallv */
 
 /* ------------------------------------------------------------------------- */
 /* Errors                                                                     */
@@ -743,9 +765,10 @@ static void usage(FILE *f)
 "usage: mpirun -np N zcopy_bench [options]\n"
 "  -c, --collective LIST  allreduce reduce reduce_scatter_block allgather\n"
 "                         bcast alltoall gather scatter barrier memcpy\n"
-"                         alltoall_between allgatherv, or all (every\n"
-"                         collective, not memcpy, alltoall_between or\n"
-"                         allgatherv); comma-separated [allreduce]\n"
+"                         alltoall_between allgatherv alltoallv, or all\n"
+"                         (every collective, not memcpy, alltoall_between,\n"
+"                         allgatherv or alltoallv); comma-separated\n"
+"                         [allreduce]\n"
 "  -b, --minbytes SIZE    smallest size [8]; suffixes K, M, G (of 1024)\n"
 "  -e, --maxbytes SIZE    largest size [64M]\n"
 "  -f, --stepfactor N     multiply the size by N from one row to the next [2]\n"
@@ -798,12 +821,14 @@ static void usage(FILE *f)
 "  (receive: size/n); memcpy: the bytes each rank copies; alltoall_between:\n"
 "  alltoall's, with the blocks between ranks of one host empty\n"
 "  (MPI_Alltoallv), so only blocks between hosts move; allgatherv:\n"
-"  allgather's, through MPI_Allgatherv.\n"
+"  allgather's, through MPI_Allgatherv; alltoallv: alltoall's, through\n"
+"  MPI_Alltoallv.\n"
 "Columns: time_us is the median over iterations of the slowest rank's time\n"
 "(--timing osu: of the ranks' mean),\n"
 "min_us the smallest; algbw = size/time (GB/s = 1e9 B/s); busbw = algbw *\n"
 "2(n-1)/n (allreduce), (n-1)/n (reduce_scatter_block, allgather, alltoall,\n"
-"alltoall_between, allgatherv, gather, scatter), 1 (reduce, bcast),\n"
+"alltoall_between, allgatherv, alltoallv, gather, scatter), 1 (reduce,\n"
+"bcast),\n"
 "n (memcpy: all ranks together);\n"
 "errors: mismatches over all ranks and iterations (with --check); path:\n"
 "zcopy, fallback:<reason>, mixed, or stock (component not loaded), from\n"
@@ -1653,7 +1678,8 @@ static bool layout(run_t *r, size_t size)
     if (r->block > INT_MAX)
         die("%s of %zu bytes: count does not fit an int", r->coll->name, size);
     if ((r->coll->execute == between_execute ||
-         r->coll->execute == allgatherv_execute) &&
+         r->coll->execute == allgatherv_execute ||
+         r->coll->execute == alltoallv_execute) &&
         r->block * (size_t)(r->nranks - 1) > INT_MAX)
         die("%s of %zu bytes: displacement does not fit an int",
             r->coll->name, size);

@@ -292,7 +292,9 @@ static int zcopy_register(void)
         "server only its ranks' blocks) and at most 1 MiB for all ranks together (4 MiB "
         "for bcast, scatter and alltoall) ride with the arrival, one round "
         "between the servers' leaders instead of UCX transfers and syncs: "
-        "a copy in and out. 0 never does",
+        "a copy in and out. An alltoallv rides where every rank's blocks, "
+        "with 4 bytes per rank of offsets, fit a quarter of it (and 1 MiB "
+        "over the ranks). 0 never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
     zcopy_register_int("span_dissemination_min",
         "On communicators that span at least this many servers, the "
@@ -301,7 +303,8 @@ static int zcopy_register(void)
         "of one message each, instead of one step in which each sends a "
         "message to every other leader; arrivals' parts then travel whole "
         "(alltoall, reduce_scatter_block and scatter keep a quarter of "
-        "span_inline_max); 0 never does",
+        "span_inline_max, and no alltoallv rides the arrival); 0 never "
+        "does",
         OPAL_INFO_LVL_9, &c->span_dissemination_min);
 
     zcopy_register_ulong("streaming_min",

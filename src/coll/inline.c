@@ -7,7 +7,9 @@
  * leader's message between servers (coll_zcopy_span_inline_max). That is
  * one step instead of an arrival, loads through the mappings and a
  * departure. It copies the payload, so these calls are counted in
- * inline_calls as well as zcopy_calls and move no ipc_bytes.
+ * inline_calls as well as zcopy_calls and move no ipc_bytes. Between
+ * servers an alltoallv's blocks may ride too, packed with their offsets
+ * (zcopy_coll_vpack), where every rank's fit (coll/span/span.c).
  */
 #include "path.h"
 
@@ -117,24 +119,37 @@ const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
  * order. */
 typedef uint32_t vpack_offset_t;
 
+size_t zcopy_coll_vpack_min(int n)
+{
+    return ((size_t)n + 1) * sizeof(vpack_offset_t);
+}
+
 size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                         const coll_plan_t *plan, uint8_t *dst, size_t room)
 {
     const int n = zc->size;
-    const size_t head = ((size_t)n + 1) * sizeof(vpack_offset_t);
+    const size_t head = zcopy_coll_vpack_min(n);
     vpack_offset_t *offsets = (vpack_offset_t *)(void *)dst;
     size_t at = head;
 
     if (room > UINT32_MAX || head > room)
         return 0;
+    /* Sizes first: blocks that do not fit cost no copy. */
     for (int j = 0; j < n; j++) {
         const size_t len = (size_t)a->scounts[j] * plan->ssize;
 
         if (len > room - at)
             return 0;
+        at += len;
+    }
+    at = head;
+    for (int j = 0; j < n; j++) {
+        const size_t len = (size_t)a->scounts[j] * plan->ssize;
+
         offsets[j] = (vpack_offset_t)at;
-        memcpy(dst + at, (const uint8_t *)a->sbuf +
-                             (size_t)a->sdispls[j] * plan->ssize, len);
+        if (len > 0) /* an empty block's address may be anything */
+            memcpy(dst + at, (const uint8_t *)a->sbuf +
+                                 (size_t)a->sdispls[j] * plan->ssize, len);
         at += len;
     }
     offsets[n] = (vpack_offset_t)at;
@@ -142,9 +157,11 @@ size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
 }
 
 /* This rank's block of each alltoallv payload (zcopy_coll_vpack) of at
- * most @room bytes. A block longer than the receive count says (a
- * program that broke MPI's matching rule) is cut to it; a table that
- * points outside its payload is skipped. */
+ * most @room bytes. Contiguous types only (the plan's), so elements are
+ * bytes of zcopy_host.type_size() each, as the sender's were. A block
+ * longer than the receive count says (a program that broke MPI's matching
+ * rule) is cut to it; a table that points outside its payload is
+ * skipped. */
 static void vpack_deliver(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                           const uint8_t *const *lines, size_t room)
 {
@@ -156,11 +173,12 @@ static void vpack_deliver(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
             (const vpack_offset_t *)(const void *)lines[j];
         const size_t lo = offsets[r], hi = offsets[r + 1];
         const size_t want = (size_t)a->rcounts[j] * size;
+        const size_t len = hi - lo < want ? hi - lo : want;
 
-        if (lo > hi || hi > room)
+        if (lo > hi || hi > offsets[n] || offsets[n] > room || len == 0)
             continue;
         memcpy((uint8_t *)a->rbuf + (size_t)a->rdispls[j] * size,
-               lines[j] + lo, hi - lo < want ? hi - lo : want);
+               lines[j] + lo, len);
     }
 }
 
@@ -230,7 +248,9 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
     }
 }
 
-/* The reads of zcopy_coll_inline_deliver() above: change them together. */
+/* The reads of zcopy_coll_inline_deliver() above: change them together.
+ * An alltoallv has none: only the spanning path delivers it, and that
+ * fetches nothing ahead. */
 zcopy_coll_inline_reads_t zcopy_coll_inline_reads(const zcopy_comm_t *zc,
                                                   const zcopy_coll_args_t *a,
                                                   size_t total)

@@ -162,6 +162,8 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
  * payloads with @total the room each had. */
 size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                         const coll_plan_t *plan, uint8_t *dst, size_t room);
+/* The fewest bytes such a payload of @n ranks has: its table alone. */
+size_t zcopy_coll_vpack_min(int n);
 
 /* What zcopy_coll_inline_deliver() will read of the payloads, for a
  * control plane to fetch while it waits for them: @len bytes at @off of

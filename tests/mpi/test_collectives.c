@@ -1421,22 +1421,16 @@ static size_t limit_of(const MPIX_Zcopy_stats *stats)
     return stats->inline_max ? stats->inline_max : inline_max;
 }
 
-/* zcopy's rule for small collectives (docs/design.md, "Small messages"):
- * when every rank's payload is 1 to @limit bytes in a server
- * (coll_zcopy_inline_max, at most 1072, or coll_zcopy_inline_max_yield
- * where waits yield: limit_of()), or small enough for span_carries()
- * between servers, it travels in the control plane. The payload is a
- * rank's input for reductions, bcast, allgather and gather, the largest
- * rank's for allgatherv (every rank knows the counts), and its n blocks
- * for reduce_scatter_block, scatter and alltoall. Returns 1
- * (inline), 0 (not), or -1 when it depends on whether a split of a span
- * job lies in one server, which the test does not know. */
 /* An alltoallv between servers rides the arrival where every rank's
  * blocks, after a table of n + 1 four-byte offsets, fit its slot: a
  * quarter of coll_zcopy_span_inline_max, within 1 MiB (or the area) over
  * the ranks, in whole lines; not in place, nor where leaders cannot pack
  * (src/coll/span/span.c, span_vslot). Inside a server it never does. 1,
- * 0, or -1 where the communicator may or may not span servers. */
+ * 0, or -1 where the communicator may or may not span servers. Where
+ * every server holds one rank the call is handed over before any of this
+ * unless coll_zcopy_one_per_server_moves, which the suite sets
+ * (tests/CMakeLists.txt); the jobs that test its default run
+ * test_one_per_server. */
 static int expect_vcarried(const coll_case_t *c, const phase_t *ph)
 {
     const size_t n = (size_t)c->n;
@@ -1452,6 +1446,8 @@ static int expect_vcarried(const coll_case_t *c, const phase_t *ph)
     if (slot > area / n)
         slot = area / n;
     slot -= slot % 64;
+    if (slot <= (n + 1) * 4)
+        return 0;
     for (int j = 0; j < c->n; j++) {
         size_t bytes = (n + 1) * 4;
 
@@ -1463,6 +1459,16 @@ static int expect_vcarried(const coll_case_t *c, const phase_t *ph)
     return ph->spans ? 1 : -1;
 }
 
+/* zcopy's rule for small collectives (docs/design.md, "Small messages"):
+ * when every rank's payload is 1 to @limit bytes in a server
+ * (coll_zcopy_inline_max, at most 1072, or coll_zcopy_inline_max_yield
+ * where waits yield: limit_of()), or small enough for span_carries()
+ * between servers, it travels in the control plane. The payload is a
+ * rank's input for reductions, bcast, allgather and gather, the largest
+ * rank's for allgatherv (every rank knows the counts), and its n blocks
+ * for reduce_scatter_block, scatter and alltoall. Returns 1
+ * (inline), 0 (not), or -1 when it depends on whether a split of a span
+ * job lies in one server, which the test does not know. */
 static int expect_inline(const coll_case_t *c, const phase_t *ph,
                          size_t limit)
 {
@@ -1843,7 +1849,8 @@ static size_t span_window_count(const phase_t *ph, const type_desc_t *t)
  * in steps, which keeps scatter and alltoall at a quarter). gather and
  * allgather, whose payload is a rank's input, get the same count, and
  * the v-forms 384 KiB per block (allgatherv rides as allgather by its
- * largest block; the others never ride the arrival). */
+ * largest block; alltoallv rides by every rank's blocks, expect_vcarried;
+ * the others never ride the arrival). */
 static size_t span_twice_count(const phase_t *ph, int coll,
                                const type_desc_t *t)
 {
@@ -2039,8 +2046,7 @@ static bool comm_splits_blocks(const int *wranks, int n)
  * 256 pieces. */
 static bool comm_packs(const int *wranks, int n)
 {
-    const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
-    const bool ucx = transport && strcmp(transport, "ucx") == 0;
+    const bool ucx = zt_cvar_int("coll_zcopy_transport", 0) == 2;
     const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
                                        64);
     int servers = 0, most = 0;

@@ -17,8 +17,10 @@
  *                               what rides with the arrival), handed over
  *                               with the reason of data that only moves
  *                               (allgatherv by its largest block, which
- *                               every rank knows); alltoallv (never
- *                               carried) is handed over so at every size.
+ *                               every rank knows); alltoallv (whose ranks
+ *                               learn whether its blocks ride only from
+ *                               the arrival) is handed over so at every
+ *                               size.
  *                               Under coll_zcopy_one_per_server_moves
  *                               those run zero-copy: allgather(v) and
  *                               alltoall from the limit on, alltoallv

@@ -179,9 +179,24 @@ static int v_ints(int from, int to, int call)
 #define V_SEND_GAP 5 /* ints between send blocks, which go in reverse */
 #define V_RECV_GAP 3 /* ints after each received block, left as they were */
 
+/* Bytes rank @from's blocks of alltoallv call @call fill in its slot: a
+ * table of n + 1 four-byte offsets, then the blocks. */
+static unsigned long long v_filled(int from, int call)
+{
+    unsigned long long bytes = 4ull * (unsigned long long)(nranks + 1);
+
+    for (int to = 0; to < nranks; to++)
+        bytes += (unsigned long long)v_ints(from, to, call) * sizeof(int);
+    return bytes;
+}
+
 /* Carry mode: an alltoallv whose every rank's blocks rode its arrival:
  * one zero-copy call, inline, nothing pushed or read, and one round
- * (this rank's record, and a leader's message to each other server). */
+ * (this rank's record, and a leader's message to each other server).
+ * The control bytes: a rank's record and its filled bytes; a leader's
+ * messages, its server's places and what its members filled, not their
+ * whole slots (at most 512 bytes of record and place a rank, far below
+ * the slot's 64 KiB). */
 static void run_alltoallv_carried(const server_t *s, int call,
                                   const MPIX_Zcopy_stats *b,
                                   const MPIX_Zcopy_stats *a)
@@ -189,6 +204,20 @@ static void run_alltoallv_carried(const server_t *s, int call,
     const unsigned long long others = (unsigned long long)s->count - 1;
     const unsigned long long want_msgs = 1 + (s->leader ? others : 0);
     const unsigned long long msgs = a->ctl_msgs - b->ctl_msgs;
+    const unsigned long long bytes = a->ctl_bytes - b->ctl_bytes;
+    unsigned long long least = v_filled(rank, call), most = least + 512;
+
+    for (int r = 0; r < nranks && s->leader; r++)
+        if (s->lowest[r] == s->lowest[rank]) {
+            least += others * v_filled(r, call);
+            most += others * (v_filled(r, call) + 512);
+        }
+    ZT_CHECK(bytes >= least && bytes <= most, "alltoallv %d: rank %d (%s) "
+             "sent %llu control bytes, expected %llu to %llu (the filled "
+             "bytes of %s)", call, rank,
+             s->leader ? "a leader" : "not a leader", bytes, least, most,
+             s->leader ? "its server's ranks, to each other server"
+                       : "its slot");
 
     ZT_CHECK(a->zcopy_calls - b->zcopy_calls == 1 &&
                  a->fallback_calls == b->fallback_calls &&
@@ -214,9 +243,10 @@ static void run_alltoallv_carried(const server_t *s, int call,
 /* An alltoallv whose blocks between servers are pushed whatever their
  * size, down to 3 ints: no rank reads a block of another server, so its
  * displacements stay inside its server (no message through the previous
- * component) and, servers apart, so does the last sync. On buffers that
- * are not activated (@zcopy false) every rank declines and the call falls
- * back; the next zero-copy one must not see this one's displacements. */
+ * component) and, servers apart, so does the last sync. With @zcopy
+ * false some rank's buffers are not activated (all ranks', or one
+ * server's): it declines and the call falls back on every rank; the next
+ * zero-copy one must not see this one's displacements or payloads. */
 static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
                           int call, bool zcopy)
 {
@@ -366,6 +396,15 @@ int main(int argc, char **argv)
         run_allreduce(call % 2 ? pair : stack, call);
         if (call % 3 == 1)
             run_alltoallv(&s, apart, plain_send, plain_recv, call + 1, false);
+        /* Rank 0's server alone declines (its ranks' buffers are not
+         * activated): it settles the arrival by itself while the others
+         * send it their parts, packed in carry mode. */
+        if (call % 3 == 0) {
+            const bool mine = s.lowest[rank] == 0;
+
+            run_alltoallv(&s, apart, mine ? plain_send : send,
+                          mine ? plain_recv : recv, call + 1, false);
+        }
     }
     zt_arena_fini(&arena);
     free(s.lowest);

@@ -26,8 +26,11 @@
  * one tagged UCX message each (of payloads that are a block per rank,
  * where blocks are split, only the blocks of that group's ranks:
  * plane_split_blocks, plane_blocks; of payloads only a root reads, none
- * to the other groups: plane_places_only), receives theirs straight into
- * their parts, and completes the round; members wait for that. So a rank that
+ * to the other groups: plane_places_only; of payloads that vary by
+ * rank, each member's filled bytes alone, which the receiving leader
+ * spreads back to their slots: plane_packed, plane_unpack), receives
+ * theirs straight into their parts, and completes the round; members wait
+ * for that. So a rank that
  * is not a leader sends one record per round whatever the number of
  * servers, and a leader one message per other server. From
  * coll_zcopy_span_dissemination_min servers on, leaders pass a round in
@@ -261,7 +264,9 @@ static bool plane_split_blocks(const zcopy_span_t *sp)
 /* Whether leaders send payloads that vary packed, a piece per member
  * (plane_packed): not when rounds go in steps, which forward whole parts
  * from the area, nor when a message would need more than
- * PLANE_PIECES_MAX pieces. The same on every rank, which carries no such
+ * PLANE_PIECES_MAX pieces (the bound plane_split_blocks keeps too: how
+ * many pieces one UCX message is given is up to the transport, and this
+ * many was measured). The same on every rank, which carries no such
  * payload where leaders cannot pack (span.c). */
 static bool plane_packs(const zcopy_span_t *sp)
 {
@@ -541,10 +546,28 @@ static bool plane_places_only(const zcopy_span_t *sp, int h)
     return sp->carried.len > 0 && reader >= 0 && sp->group[reader] != h;
 }
 
+/* Whether every member of group @h filled its slot of an arrival whose
+ * payloads vary, within the slot: else the call cannot ride the arrival
+ * (span.c), and its leader sends the places alone. From the places, the
+ * same answer for the leader that sends and those that receive. */
+static bool plane_all_filled(const zcopy_span_t *sp, int h)
+{
+    for (int i = 0; i < zcopy_span_group_size(sp, h); i++) {
+        const zcopy_span_desc_t *d =
+            zcopy_span_desc(sp, zcopy_span_member(sp, h, i));
+
+        if (d->args.reason != REASON_NONE || d->carried == 0 ||
+            d->carried > sp->carried.len)
+            return false;
+    }
+    return true;
+}
+
 /* Leader: its group's part of an arrival whose payloads vary, packed
  * into sp->packed: its places, then of each member's slot the bytes its
- * place says it filled. Returns how many pieces, or 0 where the payloads
- * do not vary. The receivers spread them back (plane_unpack). */
+ * place says it filled (the places alone where a member did not fill
+ * one). Returns how many pieces, or 0 where the payloads do not vary. The
+ * receivers spread them back (plane_unpack). */
 static size_t plane_packed(zcopy_span_t *sp)
 {
     const int g = sp->group[sp->rank], m = zcopy_span_group_size(sp, g);
@@ -555,46 +578,47 @@ static size_t plane_packed(zcopy_span_t *sp)
     sp->packed[n++] = (zcopy_ucx_iov_t){
         .buf = sp->area + zcopy_span_group_base(sp, g),
         .len = plane_places_bytes(sp, g) };
-    for (int i = 0; i < m; i++) {
+    for (int i = 0; i < m && plane_all_filled(sp, g); i++) {
         const int r = zcopy_span_member(sp, g, i);
-        const uint64_t filled = zcopy_span_desc(sp, r)->carried;
 
-        if (filled > 0)
-            sp->packed[n++] = (zcopy_ucx_iov_t){
-                .buf = (void *)zcopy_span_payload_of(sp, r), .len = filled };
+        sp->packed[n++] = (zcopy_ucx_iov_t){
+            .buf = (void *)zcopy_span_payload_of(sp, r),
+            .len = zcopy_span_desc(sp, r)->carried };
     }
     return n;
 }
 
 /* Leader: spreads group @h's packed part (plane_packed), which landed at
  * the start of its place in the area, to the members' slots, last member
- * first: each payload moves up, never onto one not yet moved. A place
- * whose count the slot cannot hold, or a part with a rank that declined
- * (only its places came), is left alone: the call falls back, or its
- * rank is read as one that did not carry. */
+ * first: each payload moves up, never onto one not yet moved. A part that
+ * came as places alone is left as it is: the call does not ride. */
 static void plane_unpack(const zcopy_span_t *sp, int h)
 {
     const int m = zcopy_span_group_size(sp, h);
-    uint8_t *base = sp->area + zcopy_span_group_base(sp, h) +
-                    plane_places_bytes(sp, h);
+    const uint8_t *packed = sp->area + zcopy_span_group_base(sp, h) +
+                            plane_places_bytes(sp, h);
     size_t at = 0;
 
-    for (int i = 0; i < m; i++) {
-        const zcopy_span_desc_t *d =
-            zcopy_span_desc(sp, zcopy_span_member(sp, h, i));
-
-        if (d->args.reason != REASON_NONE || d->carried > sp->carried.len)
-            return;
-        at += d->carried;
-    }
+    if (!plane_all_filled(sp, h))
+        return;
+    for (int i = 0; i < m; i++)
+        at += zcopy_span_desc(sp, zcopy_span_member(sp, h, i))->carried;
     for (int i = m - 1; i >= 0; i--) {
         const int r = zcopy_span_member(sp, h, i);
         const size_t filled = zcopy_span_desc(sp, r)->carried;
 
         at -= filled;
-        if (filled > 0)
-            memmove((void *)zcopy_span_payload_of(sp, r), base + at, filled);
+        memmove((void *)zcopy_span_payload_of(sp, r), packed + at, filled);
     }
+}
+
+/* Leader: every other group's packed part of this arrival, once it has
+ * landed. */
+static void plane_unpack_all(const zcopy_span_t *sp)
+{
+    for (int h = 0; h < sp->ngroups; h++)
+        if (h != sp->group[sp->rank])
+            plane_unpack(sp, h);
 }
 
 /* Leader: posts the exchange with the other groups' leaders, counted in
@@ -923,10 +947,8 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
                                                           round, &w));
         for (int h = 0; h < sp->ngroups && !arrival; h++)
             any |= h == g ? 0 : sp->group_flags[h];
-        for (int h = 0; h < sp->ngroups && arrival && sp->carried.varies &&
-                        !top->failed; h++)
-            if (h != g)
-                plane_unpack(sp, h);
+        if (arrival && sp->carried.varies && !top->failed)
+            plane_unpack_all(sp);
     }
     top->flags = any;
     /* Release: members that see the round see the received arrivals. */
@@ -981,6 +1003,8 @@ zcopy_status_t zcopy_span_arrive(zcopy_comm_t *zc, zcopy_span_t *sp,
     if (mine->args.reason != REASON_NONE)
         flags |= PLANE_DECLINED;
     sp->own_payload = NULL;
+    if (pl->varies) /* written by the caller (zcopy_span_payload_next) */
+        plane_count(zc, 0, mine->carried);
     if (len > 0 && pl->len > 0 && (pl->root < 0 || pl->root == sp->rank)) {
         len = len < pl->len ? len : pl->len;
         if (src_stays && plane_sends_from_source(sp))

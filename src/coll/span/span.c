@@ -1116,8 +1116,10 @@ static size_t span_payload(const zcopy_comm_t *zc, const zcopy_span_t *sp,
  * room of the collectives whose ranks read every payload: leaders send
  * what each member filled, but to every other server, as the alltoall's
  * unsplit blocks that get the same quarter. Not in place (the only
- * alltoallv between servers that falls back), nor where leaders cannot
- * pack; the same on every rank. */
+ * alltoallv the spanning path declines itself), nor where leaders cannot
+ * pack; the same on every rank. A rank that carries still names its
+ * blocks and reserves what the transfers need: whether they run, it
+ * learns only from the arrival. */
 static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
 {
     const size_t room = sp->payload_size < ZCOPY_SPAN_PAYLOAD_ALL_MAX
@@ -1129,17 +1131,20 @@ static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
         return 0;
     if (slot > room / (size_t)sp->nranks)
         slot = room / (size_t)sp->nranks;
-    return slot - slot % ZCOPY_CACHE_LINE;
+    slot -= slot % ZCOPY_CACHE_LINE;
+    return slot > zcopy_coll_vpack_min(sp->nranks) ? slot : 0;
 }
 
 /* Whether every rank's alltoallv blocks rode the arrival in its slot of
- * @slot bytes. */
+ * @slot bytes: at least their table of offsets (zcopy_coll_vpack). */
 static bool span_all_carried(const zcopy_span_t *sp, size_t slot)
 {
+    const size_t head = zcopy_coll_vpack_min(sp->nranks);
+
     for (int r = 0; r < sp->nranks; r++) {
         const uint64_t carried = zcopy_span_desc(sp, r)->carried;
 
-        if (carried == 0 || carried > slot)
+        if (carried < head || carried > slot)
             return false;
     }
     return true;
@@ -1198,7 +1203,6 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
             mine.carried = zcopy_coll_vpack(zc, a, &plan,
                                             zcopy_span_payload_next(sp, &pl),
                                             vslot);
-        zc->stats.ctl_bytes += mine.carried;
     }
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);

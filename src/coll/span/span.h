@@ -142,9 +142,9 @@ typedef struct zcopy_span {
                                      rank */
     bool packs;                   /* leaders can send payloads that vary
                                      (zcopy_span_payload_t.varies): not
-                                     where rounds go in steps, nor past
-                                     256 members (plane.c); the same on
-                                     every rank */
+                                     where rounds go in steps, nor where
+                                     a group has 256 members or more
+                                     (plane.c); the same on every rank */
     zcopy_ucx_iov_t *packed;      /* leader, where it packs: its message's
                                      pieces, its group's places then each
                                      member's filled payload */
@@ -227,7 +227,8 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
 /* With one rank of the communicator on each server nothing is shared
  * inside a server. An allgather or alltoall whose payloads do not ride
  * with the arrival (@carried: coll_zcopy_span_inline_max; an allgatherv's
- * by its largest block, never an alltoallv's) then sends the bytes stock's
+ * by its largest block; never said of an alltoallv, whose ranks learn
+ * whether all of them carried only from the arrival) then sends the bytes stock's
  * algorithms send, over the same network, plus zcopy's agreement and its reads' requests or pushes'
  * rendezvous: it goes to the previous component, unless
  * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp: medians
@@ -340,7 +341,8 @@ unsigned zcopy_span_plane_sync_group(zcopy_comm_t *zc, zcopy_span_t *sp,
  * its send buffer. A member writes its row before its arrival and its
  * peers read it after; one row per member serves every call, since a
  * member writes the next only after the call's last sync, which waits
- * for every member of the group, and so for its reads. */
+ * for every member of the group, and so for its reads (a call whose
+ * blocks rode the arrival has no sync, and reads no row). */
 int64_t *zcopy_span_group_displs(const zcopy_span_t *sp, int index);
 
 /* Bytes a sender's payload of @len takes in an arrival: whole lines, so
