@@ -113,11 +113,9 @@ const void *zcopy_coll_inline_source(const zcopy_comm_t *zc,
 }
 
 /* An alltoallv's payload, where the spanning path carries its blocks (its
- * receivers know only the size of their own block from each sender): a
- * table of n + 1 offsets from the payload's start, where the block for
- * each rank begins and where the last one ends, then the blocks in rank
- * order. */
-typedef uint32_t vpack_offset_t;
+ * receivers know only the size of their own block from each sender):
+ * path.h gives its layout. */
+typedef zcopy_coll_vpack_offset_t vpack_offset_t;
 
 size_t zcopy_coll_vpack_min(int n)
 {

@@ -155,8 +155,14 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
                                          const uint8_t *const *lines,
                                          size_t total);
 /* An alltoallv's payload where a path carries its blocks, whose sizes
- * differ by pair (the spanning path's): this rank's blocks, and where each
- * begins, packed at @dst within @room bytes. Returns the bytes written,
+ * differ by pair (the spanning path's): a table of n + 1 offsets from the
+ * payload's start, where the block for each rank begins and where the
+ * last one ends, then the blocks in rank order (so the blocks for a run
+ * of consecutive ranks lie together). */
+typedef uint32_t zcopy_coll_vpack_offset_t;
+
+/* This rank's blocks, and where each begins, packed at @dst within @room
+ * bytes. Returns the bytes written,
  * or 0 where they do not fit. A planned call's (contiguous types, no
  * negative count), not in place. zcopy_coll_inline_deliver() takes such
  * payloads with @total the room each had. */

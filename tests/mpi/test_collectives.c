@@ -1227,6 +1227,7 @@ typedef struct {
                                  comm spans servers (phase_pushes) */
     bool blocks_split;        /* comm_splits_blocks(), in span mode */
     bool packs;               /* comm_packs(), in span mode */
+    bool vsplit;              /* comm_splits_varied(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
     log_entry_t *log;
@@ -1253,6 +1254,7 @@ static uint64_t fnv1a(const char *s)
 
 static bool comm_splits_blocks(const int *wranks, int n);
 static bool comm_packs(const int *wranks, int n);
+static bool comm_splits_varied(const int *wranks, int n);
 
 /* Whether auto pushes alltoall blocks of push_min bytes or more (and every
  * alltoallv block) between the servers of WORLD or its dup, @ph: where
@@ -1320,6 +1322,7 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
     MPI_Group_translate_ranks(group, ph->n, ranks, world, wranks);
     ph->blocks_split = span && comm_splits_blocks(wranks, ph->n);
     ph->packs = span && comm_packs(wranks, ph->n);
+    ph->vsplit = span && comm_splits_varied(wranks, ph->n);
     /* Which members use the arena: nobody in malloc mode, every rank but
      * world rank 1 in mixed mode. */
     for (int j = 0; j < ph->n; j++)
@@ -1422,9 +1425,11 @@ static size_t limit_of(const MPIX_Zcopy_stats *stats)
 }
 
 /* An alltoallv between servers rides the arrival where every rank's
- * blocks, after a table of n + 1 four-byte offsets, fit its slot: a
- * quarter of coll_zcopy_span_inline_max, within 1 MiB (or the area) over
- * the ranks, in whole lines; not in place, nor where leaders cannot pack
+ * blocks, after a table of n + 1 four-byte offsets, fit its slot, in
+ * whole lines: where leaders send each server only its ranks' blocks
+ * (ph->vsplit), twice coll_zcopy_span_inline_max within the payload area
+ * over the ranks; else a quarter of it within 1 MiB (or the area) over
+ * the ranks; not in place, nor where leaders cannot pack
  * (src/coll/span/span.c, span_vslot). Inside a server it never does. 1,
  * 0, or -1 where the communicator may or may not span servers. Where
  * every server holds one rank the call is handed over before any of this
@@ -1437,12 +1442,16 @@ static int expect_vcarried(const coll_case_t *c, const phase_t *ph)
     size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
                       ? SPAN_PAYLOAD_MAX
                       : (2 * span_inline_max * n + 63) / 64 * 64;
-    size_t slot = span_inline_max / 4;
+    size_t slot = 2 * span_inline_max <= SPAN_PAYLOAD_MAX
+                      ? 2 * span_inline_max : span_inline_max;
 
     if (!span || c->in_place || !ph->packs)
         return 0;
-    if (area > SPAN_PAYLOAD_ALL_MAX)
-        area = SPAN_PAYLOAD_ALL_MAX;
+    if (!ph->vsplit) {
+        slot = span_inline_max / 4;
+        if (area > SPAN_PAYLOAD_ALL_MAX)
+            area = SPAN_PAYLOAD_ALL_MAX;
+    }
     if (slot > area / n)
         slot = area / n;
     slot -= slot % 64;
@@ -1996,22 +2005,22 @@ static bool a_server_holds_several(void)
     return false;
 }
 
-/* Whether the leaders of a communicator of WORLD ranks @wranks[n] send
- * each server only the blocks its ranks read of alltoall,
- * reduce_scatter_block and scatter payloads (src/coll/span/plane.c), so
- * that those ride the arrival up to the whole coll_zcopy_span_inline_max
- * (twice it for scatter and alltoall):
- * not where rounds go in steps (from coll_zcopy_span_dissemination_min
- * servers), nor where a message would take more than 256 pieces (1 + the
- * largest server's ranks times the most runs of consecutive ranks of the
- * communicator in a server). */
-static bool comm_splits_blocks(const int *wranks, int n)
+/* How a communicator of WORLD ranks @wranks[n] lies on servers: how many,
+ * the most ranks of one, the most runs of consecutive ranks in one; and
+ * whether its leaders pass rounds in steps (from
+ * coll_zcopy_span_dissemination_min servers). */
+typedef struct {
+    int servers, most, runs_most;
+    bool steps;
+} comm_servers_t;
+
+static comm_servers_t comm_servers(const int *wranks, int n)
 {
-    const char *transport = getenv("OMPI_MCA_coll_zcopy_transport");
-    const bool ucx = transport && strcmp(transport, "ucx") == 0;
+    const bool ucx = zt_cvar_int("coll_zcopy_transport", 0) == 2;
     const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
                                        64);
-    int server[MAX_RANKS], servers = 0, most = 0, runs_most = 0;
+    comm_servers_t c = { 0 };
+    int server[MAX_RANKS];
 
     /* With the ucx transport every rank is a server of its own. */
     for (int j = 0; j < n; j++)
@@ -2031,12 +2040,28 @@ static bool comm_splits_blocks(const int *wranks, int n)
             runs += j != last + 1;
             last = j;
         }
-        servers++;
-        most = size > most ? size : most;
-        runs_most = runs > runs_most ? runs : runs_most;
+        c.servers++;
+        c.most = size > c.most ? size : c.most;
+        c.runs_most = runs > c.runs_most ? runs : c.runs_most;
     }
-    return servers > 1 && !(steps_from > 0 && servers >= steps_from) &&
-           1 + most * runs_most <= 256;
+    c.steps = steps_from > 0 && c.servers >= steps_from;
+    return c;
+}
+
+/* Whether the leaders of a communicator of WORLD ranks @wranks[n] send
+ * each server only the blocks its ranks read of alltoall,
+ * reduce_scatter_block and scatter payloads (src/coll/span/plane.c), so
+ * that those ride the arrival up to the whole coll_zcopy_span_inline_max
+ * (twice it for scatter and alltoall):
+ * not where rounds go in steps (from coll_zcopy_span_dissemination_min
+ * servers), nor where a message would take more than 256 pieces (1 + the
+ * largest server's ranks times the most runs of consecutive ranks of the
+ * communicator in a server). */
+static bool comm_splits_blocks(const int *wranks, int n)
+{
+    const comm_servers_t c = comm_servers(wranks, n);
+
+    return c.servers > 1 && !c.steps && 1 + c.most * c.runs_most <= 256;
 }
 
 /* Whether the leaders of a communicator of WORLD ranks @wranks[n] can
@@ -2046,28 +2071,21 @@ static bool comm_splits_blocks(const int *wranks, int n)
  * 256 pieces. */
 static bool comm_packs(const int *wranks, int n)
 {
-    const bool ucx = zt_cvar_int("coll_zcopy_transport", 0) == 2;
-    const int steps_from = zt_cvar_int("coll_zcopy_span_dissemination_min",
-                                       64);
-    int servers = 0, most = 0;
+    const comm_servers_t c = comm_servers(wranks, n);
 
-    for (int first = 0; first < n; first++) {
-        int size = 0;
-        bool seen = false;
+    return !c.steps && 1 + c.most <= 256;
+}
 
-        for (int j = 0; j < first && !seen; j++)
-            seen = ucx ? false : world_server[wranks[j]] ==
-                                     world_server[wranks[first]];
-        if (seen)
-            continue;
-        for (int j = first; j < n; j++)
-            size += ucx ? j == first
-                        : world_server[wranks[j]] ==
-                              world_server[wranks[first]];
-        servers++;
-        most = size > most ? size : most;
-    }
-    return !(steps_from > 0 && servers >= steps_from) && 1 + most <= 256;
+/* Where they pack, whether they send each server only its ranks' blocks
+ * of such payloads (plane_splits_varied): a piece per member for its
+ * table and one per member and run of the receiving server, within 256
+ * pieces. */
+static bool comm_splits_varied(const int *wranks, int n)
+{
+    const comm_servers_t c = comm_servers(wranks, n);
+
+    return comm_packs(wranks, n) && c.servers > 1 &&
+           1 + c.most * (1 + c.runs_most) <= 256;
 }
 
 /* WORLD's phase on a job that spans servers: mappings carried the part

@@ -49,8 +49,10 @@
 
 #define CALLS 12
 /* Ints of the block that makes its sender's blocks too large for its slot
- * of the arrival (64 KiB under the default coll_zcopy_span_inline_max). */
-#define V_BIG 17000
+ * of the arrival (512 KiB under the default coll_zcopy_span_inline_max,
+ * where leaders send each server only its ranks' blocks, as on every
+ * layout this test runs). */
+#define V_BIG 140000
 
 static int rank, nranks;
 static bool pushes;             /* no host has an RDMA device */
@@ -194,9 +196,10 @@ static unsigned long long v_filled(int from, int call)
  * one zero-copy call, inline, nothing pushed or read, and one round
  * (this rank's record, and a leader's message to each other server).
  * The control bytes: a rank's record and its filled bytes; a leader's
- * messages, its server's places and what its members filled, not their
- * whole slots (at most 512 bytes of record and place a rank, far below
- * the slot's 64 KiB). */
+ * messages, its server's places and, of what its members filled, at
+ * least their tables and the blocks for that server's ranks and at most
+ * all of it, never their whole slots (at most 512 bytes of record and
+ * place a rank, far below a slot of 512 KiB). */
 static void run_alltoallv_carried(const server_t *s, int call,
                                   const MPIX_Zcopy_stats *b,
                                   const MPIX_Zcopy_stats *a)
@@ -207,11 +210,16 @@ static void run_alltoallv_carried(const server_t *s, int call,
     const unsigned long long bytes = a->ctl_bytes - b->ctl_bytes;
     unsigned long long least = v_filled(rank, call), most = least + 512;
 
-    for (int r = 0; r < nranks && s->leader; r++)
-        if (s->lowest[r] == s->lowest[rank]) {
-            least += others * v_filled(r, call);
-            most += others * (v_filled(r, call) + 512);
-        }
+    for (int r = 0; r < nranks && s->leader; r++) {
+        if (s->lowest[r] != s->lowest[rank])
+            continue;
+        most += others * (v_filled(r, call) + 512);
+        for (int t = 0; t < nranks; t++)
+            if (s->lowest[t] != s->lowest[rank])
+                least += (unsigned long long)v_ints(r, t, call) *
+                         sizeof(int);
+        least += others * 4ull * (unsigned long long)(nranks + 1);
+    }
     ZT_CHECK(bytes >= least && bytes <= most, "alltoallv %d: rank %d (%s) "
              "sent %llu control bytes, expected %llu to %llu (the filled "
              "bytes of %s)", call, rank,

@@ -223,16 +223,55 @@ static size_t plane_payload_size(int nranks)
     return zcopy_align_up(each * n, ZCOPY_CACHE_LINE);
 }
 
-/* Runs of consecutive ranks among group @g's members (in rank order). */
-static int plane_runs(const zcopy_span_t *sp, int g)
+/* The run of consecutive ranks among group @g's members (in rank order)
+ * that starts at its member @k: its first and last rank. Returns the
+ * member after it. */
+static int plane_run(const zcopy_span_t *sp, int g, int k, int *first,
+                     int *last)
 {
     const int m = zcopy_span_group_size(sp, g);
-    int runs = m > 0;
 
-    for (int i = 1; i < m; i++)
-        runs += zcopy_span_member(sp, g, i) !=
-                zcopy_span_member(sp, g, i - 1) + 1;
+    *first = *last = zcopy_span_member(sp, g, k);
+    while (k + 1 < m && zcopy_span_member(sp, g, k + 1) == *last + 1) {
+        k++;
+        (*last)++;
+    }
+    return k + 1;
+}
+
+/* The same run found from its end, member @k: returns the member before
+ * it (-1 after the first run). */
+static int plane_run_back(const zcopy_span_t *sp, int g, int k, int *first,
+                          int *last)
+{
+    *first = *last = zcopy_span_member(sp, g, k);
+    while (k > 0 && zcopy_span_member(sp, g, k - 1) == *first - 1) {
+        k--;
+        (*first)--;
+    }
+    return k - 1;
+}
+
+/* Runs of consecutive ranks among group @g's members. */
+static int plane_runs(const zcopy_span_t *sp, int g)
+{
+    int runs = 0, first, last;
+
+    for (int k = 0; k < zcopy_span_group_size(sp, g);
+         k = plane_run(sp, g, k, &first, &last))
+        runs++;
     return runs;
+}
+
+/* The most runs of any group. */
+static int plane_most_runs(const zcopy_span_t *sp)
+{
+    int most = 0;
+
+    for (int g = 0; g < sp->ngroups; g++)
+        if (plane_runs(sp, g) > most)
+            most = plane_runs(sp, g);
+    return most;
 }
 
 /* Pieces of a message from group @from to group @to when it carries only
@@ -250,15 +289,11 @@ static size_t plane_blocks_pieces(const zcopy_span_t *sp, int from, int to)
  * decides with it how large such payloads may ride the arrival. */
 static bool plane_split_blocks(const zcopy_span_t *sp)
 {
-    int runs = 0;
-
     if (sp->ngroups < 2 || plane_disseminates(sp))
         return false;
-    for (int g = 0; g < sp->ngroups; g++)
-        if (plane_runs(sp, g) > runs)
-            runs = plane_runs(sp, g);
     /* At most the largest group's senders times the most runs. */
-    return 1 + (size_t)sp->max_group * (size_t)runs <= PLANE_PIECES_MAX;
+    return 1 + (size_t)sp->max_group * (size_t)plane_most_runs(sp) <=
+           PLANE_PIECES_MAX;
 }
 
 /* Whether leaders send payloads that vary packed, a piece per member
@@ -272,6 +307,18 @@ static bool plane_packs(const zcopy_span_t *sp)
 {
     return !plane_disseminates(sp) &&
            1 + (size_t)sp->max_group <= PLANE_PIECES_MAX;
+}
+
+/* Where they pack, whether leaders send each server of payloads that vary
+ * only its ranks' blocks, as plane_split_blocks for blocks payloads: a
+ * piece per sender for its table and one per sender and run of the
+ * receiving server. The same on every rank, which lets such payloads
+ * grow where it does (span.c). */
+static bool plane_splits_varied(const zcopy_span_t *sp)
+{
+    return plane_packs(sp) && sp->ngroups > 1 &&
+           1 + (size_t)sp->max_group * (1 + (size_t)plane_most_runs(sp)) <=
+               PLANE_PIECES_MAX;
 }
 
 /* Leader: where the pieces of its message from (then to) each group start
@@ -320,8 +367,17 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->blocks_split = plane_split_blocks(sp);
     sp->packs = plane_packs(sp);
-    if (sp->packs && sp->rank == sp->leader)
-        sp->packed = calloc(1 + (size_t)gsize, sizeof(*sp->packed));
+    sp->vsplit = plane_splits_varied(sp);
+    if (sp->packs && sp->rank == sp->leader) {
+        sp->packed_stride = 1 + (size_t)gsize;
+        if (sp->vsplit)
+            sp->packed_stride += (size_t)gsize * (size_t)plane_most_runs(sp);
+        sp->packed = calloc(sp->packed_stride *
+                                (sp->vsplit ? (size_t)sp->ngroups : 1),
+                            sizeof(*sp->packed));
+        sp->unpack_at = calloc((size_t)sp->max_group,
+                               sizeof(*sp->unpack_at));
+    }
     if (sp->blocks_split && sp->rank == sp->leader) {
         sp->piece_at = calloc(2 * (size_t)sp->ngroups + 1,
                               sizeof(*sp->piece_at));
@@ -332,7 +388,8 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     offers = calloc((size_t)sp->nranks, sizeof(*offers));
     if (!sp->group_tag || !sp->group_flags || !cpus || !offers ||
         (sp->blocks_split && sp->rank == sp->leader && sp->pieces == NULL) ||
-        (sp->packs && sp->rank == sp->leader && sp->packed == NULL))
+        (sp->packs && sp->rank == sp->leader &&
+         (sp->packed == NULL || sp->unpack_at == NULL)))
         st = zcopy_error(ZCOPY_ERR_NOMEM, "control plane: out of memory");
     else if (sp->plane_id == ZCOPY_SPAN_PLANE_NO_ID)
         st = zcopy_error(ZCOPY_ERR_UNSUPPORTED, "control plane: every id in "
@@ -439,7 +496,9 @@ void zcopy_span_plane_destroy(zcopy_span_t *sp)
     free(sp->pieces);
     free(sp->piece_at);
     free(sp->packed);
+    free(sp->unpack_at);
     sp->packed = NULL;
+    sp->unpack_at = NULL;
     sp->group_tag = NULL;
     sp->group_flags = NULL;
     sp->pieces = NULL;
@@ -508,15 +567,8 @@ static size_t plane_blocks(const zcopy_span_t *sp, int from, int to,
 
         if (pl->root >= 0 && s != pl->root)
             continue;
-        for (int k = 0; k < readers; k++) {
-            const int first = zcopy_span_member(sp, to, k);
-            int last = first;
-
-            while (k + 1 < readers &&
-                   zcopy_span_member(sp, to, k + 1) == last + 1) {
-                k++;
-                last++;
-            }
+        for (int k = 0, first, last; k < readers;) {
+            k = plane_run(sp, to, k, &first, &last);
             iov[n++] = (zcopy_ucx_iov_t){
                 .buf = payload + pl->block * (size_t)first,
                 .len = pl->block * (size_t)(last - first + 1) };
@@ -563,52 +615,145 @@ static bool plane_all_filled(const zcopy_span_t *sp, int h)
     return true;
 }
 
-/* Leader: its group's part of an arrival whose payloads vary, packed
- * into sp->packed: its places, then of each member's slot the bytes its
- * place says it filled (the places alone where a member did not fill
- * one). Returns how many pieces, or 0 where the payloads do not vary. The
- * receivers spread them back (plane_unpack). */
-static size_t plane_packed(zcopy_span_t *sp)
+/* The table of offsets at the start of a payload that varies
+ * (zcopy_coll_vpack). */
+static const zcopy_coll_vpack_offset_t *plane_table(const uint8_t *payload)
+{
+    return (const zcopy_coll_vpack_offset_t *)(const void *)payload;
+}
+
+/* Leader: its group's part of an arrival whose payloads vary, for group
+ * @h, packed into its row of sp->packed: its places, then of each
+ * member's slot the bytes its place says it filled or, where they split
+ * (sp->vsplit), its table and the blocks of @h's ranks, a piece per run
+ * (the places alone where a member did not fill its slot). Returns how
+ * many pieces, or 0 where the payloads do not vary. The receivers spread
+ * them back (plane_unpack). */
+static size_t plane_packed(zcopy_span_t *sp, int h)
 {
     const int g = sp->group[sp->rank], m = zcopy_span_group_size(sp, g);
+    const size_t head = zcopy_coll_vpack_min(sp->nranks);
+    zcopy_ucx_iov_t *iov = sp->packed + (sp->vsplit ? (size_t)h : 0) *
+                                            sp->packed_stride;
     size_t n = 0;
 
     if (!sp->carried.varies)
         return 0;
-    sp->packed[n++] = (zcopy_ucx_iov_t){
+    iov[n++] = (zcopy_ucx_iov_t){
         .buf = sp->area + zcopy_span_group_base(sp, g),
         .len = plane_places_bytes(sp, g) };
-    for (int i = 0; i < m && plane_all_filled(sp, g); i++) {
+    if (!plane_all_filled(sp, g))
+        return n;
+    for (int i = 0; i < m; i++) {
         const int r = zcopy_span_member(sp, g, i);
+        uint8_t *payload = (uint8_t *)zcopy_span_payload_of(sp, r);
+        const zcopy_coll_vpack_offset_t *table = plane_table(payload);
 
-        sp->packed[n++] = (zcopy_ucx_iov_t){
-            .buf = (void *)zcopy_span_payload_of(sp, r),
-            .len = zcopy_span_desc(sp, r)->carried };
+        if (!sp->vsplit) {
+            iov[n++] = (zcopy_ucx_iov_t){
+                .buf = payload, .len = zcopy_span_desc(sp, r)->carried };
+            continue;
+        }
+        iov[n++] = (zcopy_ucx_iov_t){ .buf = payload, .len = head };
+        for (int k = 0, first, last; k < zcopy_span_group_size(sp, h);) {
+            k = plane_run(sp, h, k, &first, &last);
+            if (table[last + 1] > table[first])
+                iov[n++] = (zcopy_ucx_iov_t){
+                    .buf = payload + table[first],
+                    .len = table[last + 1] - table[first] };
+        }
     }
     return n;
 }
 
-/* Leader: spreads group @h's packed part (plane_packed), which landed at
- * the start of its place in the area, to the members' slots, last member
- * first: each payload moves up, never onto one not yet moved. A part that
- * came as places alone is left as it is: the call does not ride. */
-static void plane_unpack(const zcopy_span_t *sp, int h)
+/* Bytes of the run [@first, @last]'s blocks in a payload of @filled bytes
+ * whose table is @table, 0 where the table points outside it. */
+static size_t plane_run_bytes(const zcopy_coll_vpack_offset_t *table,
+                              int first, int last, size_t head,
+                              size_t filled)
 {
-    const int m = zcopy_span_group_size(sp, h);
-    const uint8_t *packed = sp->area + zcopy_span_group_base(sp, h) +
-                            plane_places_bytes(sp, h);
+    const size_t lo = table[first], hi = table[last + 1];
+
+    return lo >= head && lo <= hi && hi <= filled ? hi - lo : 0;
+}
+
+/* Leader: where each member of group @h begins in its packed part (split:
+ * its table, then this group's blocks), into sp->unpack_at; false where
+ * a table would lie past the part's room. */
+static bool plane_unpack_places(const zcopy_span_t *sp, int h,
+                                const uint8_t *packed, size_t room)
+{
+    const int me = sp->group[sp->rank];
+    const size_t head = zcopy_coll_vpack_min(sp->nranks);
     size_t at = 0;
 
-    if (!plane_all_filled(sp, h))
+    for (int i = 0; i < zcopy_span_group_size(sp, h); i++) {
+        const size_t filled =
+            zcopy_span_desc(sp, zcopy_span_member(sp, h, i))->carried;
+        const zcopy_coll_vpack_offset_t *table;
+
+        if (!sp->vsplit) {
+            sp->unpack_at[i] = at;
+            at += filled;
+            continue;
+        }
+        if (at + head > room)
+            return false;
+        sp->unpack_at[i] = at;
+        table = plane_table(packed + at);
+        at += head;
+        for (int k = 0, first, last; k < zcopy_span_group_size(sp, me);) {
+            k = plane_run(sp, me, k, &first, &last);
+            at += plane_run_bytes(table, first, last, head, filled);
+        }
+    }
+    return at <= room;
+}
+
+/* Leader: spreads group @h's packed part (plane_packed), which landed at
+ * the start of its payloads in the area, to the members' slots, last
+ * piece first: each moves up (a member's pieces land at their offsets in
+ * its slot, which begins no lower than its packed part), never onto one
+ * not yet moved. A part that came as places alone is left as it is: the
+ * call does not ride. */
+static void plane_unpack(const zcopy_span_t *sp, int h)
+{
+    const int me = sp->group[sp->rank], m = zcopy_span_group_size(sp, h);
+    const size_t head = zcopy_coll_vpack_min(sp->nranks);
+    const uint8_t *packed = sp->area + zcopy_span_group_base(sp, h) +
+                            plane_places_bytes(sp, h);
+    const size_t room = (size_t)m * zcopy_span_slot(sp->carried.len);
+
+    if (!plane_all_filled(sp, h) || !plane_unpack_places(sp, h, packed, room))
         return;
-    for (int i = 0; i < m; i++)
-        at += zcopy_span_desc(sp, zcopy_span_member(sp, h, i))->carried;
     for (int i = m - 1; i >= 0; i--) {
         const int r = zcopy_span_member(sp, h, i);
+        uint8_t *slot = (uint8_t *)zcopy_span_payload_of(sp, r);
         const size_t filled = zcopy_span_desc(sp, r)->carried;
+        const uint8_t *from = packed + sp->unpack_at[i];
+        const zcopy_coll_vpack_offset_t *table = plane_table(from);
+        size_t at = head;
 
-        at -= filled;
-        memmove((void *)zcopy_span_payload_of(sp, r), packed + at, filled);
+        if (!sp->vsplit) {
+            memmove(slot, from, filled);
+            continue;
+        }
+        /* The table stays where it came until this member's blocks have
+         * moved: they are found through it. */
+        for (int k = 0, first, last; k < zcopy_span_group_size(sp, me);) {
+            k = plane_run(sp, me, k, &first, &last);
+            at += plane_run_bytes(table, first, last, head, filled);
+        }
+        for (int k = zcopy_span_group_size(sp, me) - 1, first, last; k >= 0;) {
+            size_t len;
+
+            k = plane_run_back(sp, me, k, &first, &last);
+            len = plane_run_bytes(table, first, last, head, filled);
+            at -= len;
+            if (len > 0)
+                memmove(slot + table[first], from + at, len);
+        }
+        memmove(slot, from, head);
     }
 }
 
@@ -655,7 +800,9 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
     }
     plane_buffers(sp, arrival, me, &buf, &whole);
     places = plane_places_bytes(sp, me);
-    packed = arrival && !declined ? plane_packed(sp) : 0;
+    /* Unsplit, one packed message goes to every group: built once, since
+     * UCX reads its pieces until each send completes. */
+    packed = arrival && !declined && !sp->vsplit ? plane_packed(sp, 0) : 0;
     for (int h = 0; h < sp->ngroups; h++) {
         const bool places_only = arrival && plane_places_only(sp, h);
         bool sent;
@@ -664,8 +811,11 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
+        if (arrival && !declined && sp->vsplit)
+            packed = plane_packed(sp, h);
         if (n == 0 && packed > 0) {
-            iov = sp->packed;
+            iov = sp->packed + (sp->vsplit ? (size_t)h : 0) *
+                                   sp->packed_stride;
             n = packed;
         } else if (n == 0 && arrival && !declined && !places_only &&
                    sp->own_payload != NULL) {

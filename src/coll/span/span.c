@@ -1112,25 +1112,31 @@ static size_t span_payload(const zcopy_comm_t *zc, const zcopy_span_t *sp,
  * Only each pair knows its block's size, so a rank carries its blocks
  * where they fit, says so in its place, and the call is inline where
  * every rank did (span_all_carried); else they move after the arrival as
- * before. A slot of a quarter of coll_zcopy_span_inline_max, within the
- * room of the collectives whose ranks read every payload: leaders send
- * what each member filled, but to every other server, as the alltoall's
- * unsplit blocks that get the same quarter. Not in place (the only
+ * before. Where leaders send each server only its ranks' blocks
+ * (sp->vsplit), the slot is an alltoall's payload at most: twice
+ * coll_zcopy_span_inline_max, within the area over the ranks. Where they
+ * send what each member filled to every server, as an alltoall's unsplit
+ * blocks, it keeps their quarter of the parameter, within the room of the
+ * collectives whose ranks read every payload. Not in place (the only
  * alltoallv the spanning path declines itself), nor where leaders cannot
  * pack; the same on every rank. A rank that carries still names its
  * blocks and reserves what the transfers need: whether they run, it
  * learns only from the arrival. */
 static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
 {
-    const size_t room = sp->payload_size < ZCOPY_SPAN_PAYLOAD_ALL_MAX
-                            ? sp->payload_size : ZCOPY_SPAN_PAYLOAD_ALL_MAX;
-    size_t slot = zcopy_config.span_inline_max / 4;
+    const size_t n = (size_t)sp->nranks;
+    size_t room = sp->payload_size, slot = zcopy_span_payload_rank_max();
 
     if (a->type != ZCOPY_COLL_ALLTOALLV || a->sbuf == MPI_IN_PLACE ||
         !sp->packs)
         return 0;
-    if (slot > room / (size_t)sp->nranks)
-        slot = room / (size_t)sp->nranks;
+    if (!sp->vsplit) {
+        slot = zcopy_config.span_inline_max / 4;
+        if (room > ZCOPY_SPAN_PAYLOAD_ALL_MAX)
+            room = ZCOPY_SPAN_PAYLOAD_ALL_MAX;
+    }
+    if (slot > room / n)
+        slot = room / n;
     slot -= slot % ZCOPY_CACHE_LINE;
     return slot > zcopy_coll_vpack_min(sp->nranks) ? slot : 0;
 }
