@@ -293,9 +293,9 @@ static int zcopy_register(void)
         "for bcast, scatter and alltoall) ride with the arrival, one round "
         "between the servers' leaders instead of UCX transfers and syncs: "
         "a copy in and out. An alltoallv rides where every rank's blocks, "
-        "with 4 bytes per rank of offsets, fit what an alltoall may carry "
-        "(a quarter of it, within 1 MiB over the ranks, where leaders "
-        "cannot send each server only its ranks' blocks). 0 never does",
+        "after a table of 4 (n + 1) bytes of offsets, fit twice it within "
+        "the 4 MiB over the ranks, where leaders can send each server only "
+        "its ranks' blocks. 0 never does",
         OPAL_INFO_LVL_9, &c->span_inline_max);
     zcopy_register_int("span_dissemination_min",
         "On communicators that span at least this many servers, the "

@@ -19,7 +19,8 @@ typedef enum {
     REASON_DATATYPE,
     REASON_OP,
     REASON_LAYOUT,
-    REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers */
+    REASON_SPAN_IN_PLACE,         /* in-place alltoall between servers (an
+                                     alltoallv's blocks may still ride) */
     REASON_UCX_BLOCK,             /* no UCX-registered block under a buffer */
     REASON_SCRATCH,               /* no landing area or registered scratch */
     REASON_NOTHING_ACTIVATED,     /* this process has no activated memory */
@@ -164,7 +165,9 @@ typedef uint32_t zcopy_coll_vpack_offset_t;
 /* This rank's blocks, and where each begins, packed at @dst within @room
  * bytes. Returns the bytes written,
  * or 0 where they do not fit. A planned call's (contiguous types, no
- * negative count), not in place. zcopy_coll_inline_deliver() takes such
+ * negative count); in place, from the receive layout, which the delivery
+ * overwrites only once every payload has been packed and sent.
+ * zcopy_coll_inline_deliver() takes such
  * payloads with @total the room each had. */
 size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                         const coll_plan_t *plan, uint8_t *dst, size_t room);

@@ -24,7 +24,8 @@
  * carries tiny payloads in its arrivals), with these differences on a
  * communicator that spans servers:
  *   - in-place alltoall and in-place alltoallv fall back with the reason
- *     "in place across servers". Either path is accepted for them (a split
+ *     "in place across servers", unless their payloads ride the arrival
+ *     (expect_inline, expect_vcarried). Either path is accepted for them (a split
  *     may lie in one server), a fallback for that reason only; phase end
  *     then holds the call to what its path implies, and to every rank having
  *     taken the same one.
@@ -1227,7 +1228,6 @@ typedef struct {
                                  comm spans servers (phase_pushes) */
     bool blocks_split;        /* comm_splits_blocks(), in span mode */
     bool packs;               /* comm_packs(), in span mode */
-    bool vsplit;              /* comm_splits_varied(), in span mode */
     bool activated[MAX_RANKS];
     uint64_t calls;
     log_entry_t *log;
@@ -1254,7 +1254,6 @@ static uint64_t fnv1a(const char *s)
 
 static bool comm_splits_blocks(const int *wranks, int n);
 static bool comm_packs(const int *wranks, int n);
-static bool comm_splits_varied(const int *wranks, int n);
 
 /* Whether auto pushes alltoall blocks of push_min bytes or more (and every
  * alltoallv block) between the servers of WORLD or its dup, @ph: where
@@ -1322,7 +1321,6 @@ static void phase_begin(phase_t *ph, MPI_Comm comm, const char *name)
     MPI_Group_translate_ranks(group, ph->n, ranks, world, wranks);
     ph->blocks_split = span && comm_splits_blocks(wranks, ph->n);
     ph->packs = span && comm_packs(wranks, ph->n);
-    ph->vsplit = span && comm_splits_varied(wranks, ph->n);
     /* Which members use the arena: nobody in malloc mode, every rank but
      * world rank 1 in mixed mode. */
     for (int j = 0; j < ph->n; j++)
@@ -1426,32 +1424,25 @@ static size_t limit_of(const MPIX_Zcopy_stats *stats)
 
 /* An alltoallv between servers rides the arrival where every rank's
  * blocks, after a table of n + 1 four-byte offsets, fit its slot, in
- * whole lines: where leaders send each server only its ranks' blocks
- * (ph->vsplit), twice coll_zcopy_span_inline_max within the payload area
- * over the ranks; else a quarter of it within 1 MiB (or the area) over
- * the ranks; not in place, nor where leaders cannot pack
- * (src/coll/span/span.c, span_vslot). Inside a server it never does. 1,
- * 0, or -1 where the communicator may or may not span servers. Where
- * every server holds one rank the call is handed over before any of this
- * unless coll_zcopy_one_per_server_moves, which the suite sets
+ * whole lines: twice coll_zcopy_span_inline_max within the payload area
+ * over the ranks, where leaders pack (ph->packs; in place too, else it
+ * falls back; src/coll/span/span.c, span_vslot). Inside a server it never
+ * does. 1, 0, or -1 where the communicator may or may not span servers.
+ * Where every server holds one rank the call is handed over before any
+ * of this unless coll_zcopy_one_per_server_moves, which the suite sets
  * (tests/CMakeLists.txt); the jobs that test its default run
  * test_one_per_server. */
 static int expect_vcarried(const coll_case_t *c, const phase_t *ph)
 {
     const size_t n = (size_t)c->n;
-    size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
-                      ? SPAN_PAYLOAD_MAX
-                      : (2 * span_inline_max * n + 63) / 64 * 64;
+    const size_t area = 2 * span_inline_max > SPAN_PAYLOAD_MAX / n
+                            ? SPAN_PAYLOAD_MAX
+                            : (2 * span_inline_max * n + 63) / 64 * 64;
     size_t slot = 2 * span_inline_max <= SPAN_PAYLOAD_MAX
                       ? 2 * span_inline_max : span_inline_max;
 
-    if (!span || c->in_place || !ph->packs)
+    if (!span || !ph->packs)
         return 0;
-    if (!ph->vsplit) {
-        slot = span_inline_max / 4;
-        if (area > SPAN_PAYLOAD_ALL_MAX)
-            area = SPAN_PAYLOAD_ALL_MAX;
-    }
     if (slot > area / n)
         slot = area / n;
     slot -= slot % 64;
@@ -2064,27 +2055,17 @@ static bool comm_splits_blocks(const int *wranks, int n)
     return c.servers > 1 && !c.steps && 1 + c.most * c.runs_most <= 256;
 }
 
-/* Whether the leaders of a communicator of WORLD ranks @wranks[n] can
- * send payloads that vary by rank (an alltoallv's packed blocks), a piece
- * per member (src/coll/span/plane.c, plane_packs): not where rounds go in
- * steps, nor where a server's places and members would take more than
- * 256 pieces. */
+/* Whether the leaders of a communicator of WORLD ranks @wranks[n] send
+ * payloads that vary by rank (an alltoallv's packed blocks), each server
+ * of each member's payload only its table and its ranks' blocks
+ * (src/coll/span/plane.c, plane_packs): several servers, rounds not in
+ * steps, and within 256 pieces a message (1 + the most ranks of a server
+ * times one more than the most runs). */
 static bool comm_packs(const int *wranks, int n)
 {
     const comm_servers_t c = comm_servers(wranks, n);
 
-    return !c.steps && 1 + c.most <= 256;
-}
-
-/* Where they pack, whether they send each server only its ranks' blocks
- * of such payloads (plane_splits_varied): a piece per member for its
- * table and one per member and run of the receiving server, within 256
- * pieces. */
-static bool comm_splits_varied(const int *wranks, int n)
-{
-    const comm_servers_t c = comm_servers(wranks, n);
-
-    return comm_packs(wranks, n) && c.servers > 1 &&
+    return c.servers > 1 && !c.steps &&
            1 + c.most * (1 + c.runs_most) <= 256;
 }
 

@@ -28,13 +28,16 @@
  *   test_span_push apart|shared carry
  *                           with coll_zcopy_span_inline_max at its default
  *                           instead: alltoallvs whose every rank's blocks
- *                           fit its slot of the arrival (a quarter of that,
- *                           packed with their offsets) ride it, one round
+ *                           fit its slot of the arrival (twice that within
+ *                           the area over the ranks, 512 KiB on 4, packed
+ *                           with their offsets) ride it, one round
  *                           and no push, and every third call one rank
  *                           sends a block too large for its slot, so that
  *                           the others' carried blocks go unused and every
  *                           block between servers is pushed as above (no
- *                           alltoall runs: its blocks would ride too)
+ *                           alltoall runs: its blocks would ride too);
+ *                           and an alltoallv in place, which rides the
+ *                           same way or, in a big call, falls back
  *
  * Each alltoall(v) is followed at once by an allreduce, so that a server
  * that leaves the alltoall early sends its next arrival while another is
@@ -337,6 +340,78 @@ static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
              s->leader ? "a leader" : "not a leader", msgs, want_msgs);
 }
 
+/* Ints rank @from sends rank @to in in-place alltoallv call @call (what
+ * each sends the other, as MPI's in-place form needs): 0, 3, 1024 or
+ * 1500 by pair, and V_BIG between ranks 0 and 1 in a big call. */
+static int v_sym_ints(int from, int to, int call)
+{
+    static const int sizes[] = { 0, 3, 1024, 1500 };
+
+    if (v_big_call(call) && from + to == 1)
+        return V_BIG;
+    return sizes[(from + to + call) % 4];
+}
+
+/* Carry mode: an alltoallv in place, whose blocks ride the arrival where
+ * every rank's fit its slot (one zero-copy call, inline), and which falls
+ * back on every rank, "in place across servers", where one rank's do not
+ * (a big call): between servers a swap in place needs a copy, which only
+ * the slots give. */
+static void run_alltoallv_in_place(int *buf, int call)
+{
+    int counts[nranks], displs[nranks];
+    MPIX_Zcopy_stats b, a;
+    int at = 0;
+
+    for (int j = 0; j < nranks; j++) {
+        counts[j] = v_sym_ints(rank, j, call);
+        displs[j] = at;
+        for (int i = 0; i < counts[j]; i++)
+            buf[at + i] = value(rank, j, i, call);
+        at += counts[j] + V_RECV_GAP;
+        for (int i = 0; i < V_RECV_GAP; i++)
+            buf[at - V_RECV_GAP + i] = -1;
+    }
+    b = zt_stats(MPI_COMM_WORLD);
+    MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, buf, counts,
+                  displs, MPI_INT, MPI_COMM_WORLD);
+    a = zt_stats(MPI_COMM_WORLD);
+    for (int from = 0; from < nranks; from++) {
+        const int *got = buf + displs[from];
+        long bad;
+
+        ZT_FIND_BAD(bad, got, (size_t)counts[from],
+                    value(from, rank, (int)i, call));
+        ZT_CHECK(bad < 0, "alltoallv in place %d: rank %d, element %ld of "
+                 "the %d from rank %d is %d", call, rank, bad, counts[from],
+                 from, bad < 0 ? 0 : got[bad]);
+        ZT_FIND_BAD(bad, got + counts[from], (size_t)V_RECV_GAP, -1);
+        ZT_CHECK(bad < 0, "alltoallv in place %d: rank %d: the gap after "
+                 "rank %d's block was written", call, rank, from);
+    }
+    if (v_big_call(call)) {
+        ZT_CHECK(a.fallback_calls - b.fallback_calls == 1 &&
+                     a.zcopy_calls == b.zcopy_calls &&
+                     strstr(a.last_fallback_reason, "in place across") != NULL,
+                 "alltoallv in place %d: rank %d: not one fallback \"in "
+                 "place across servers\" (zcopy %llu, fallback %llu; %s)",
+                 call, rank,
+                 (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
+                 (unsigned long long)(a.fallback_calls - b.fallback_calls),
+                 a.last_fallback_reason);
+        return;
+    }
+    ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
+                 a.inline_calls - b.inline_calls == 1 &&
+                 a.fallback_calls == b.fallback_calls,
+             "alltoallv in place %d: rank %d: not one zero-copy call riding "
+             "the arrival (zcopy %llu, inline %llu, fallback %llu; %s)", call,
+             rank, (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
+             (unsigned long long)(a.inline_calls - b.inline_calls),
+             (unsigned long long)(a.fallback_calls - b.fallback_calls),
+             a.last_fallback_reason);
+}
+
 /* Right after the alltoall: the sum of every rank's (rank + call), in
  * @buf (two ints). */
 static void run_allreduce(int *buf, int call)
@@ -402,6 +477,8 @@ int main(int argc, char **argv)
         }
         run_alltoallv(&s, apart, send, recv, call, true);
         run_allreduce(call % 2 ? pair : stack, call);
+        if (carry)
+            run_alltoallv_in_place(recv, call);
         if (call % 3 == 1)
             run_alltoallv(&s, apart, plain_send, plain_recv, call + 1, false);
         /* Rank 0's server alone declines (its ranks' buffers are not

@@ -27,8 +27,9 @@
  * where blocks are split, only the blocks of that group's ranks:
  * plane_split_blocks, plane_blocks; of payloads only a root reads, none
  * to the other groups: plane_places_only; of payloads that vary by
- * rank, each member's filled bytes alone, which the receiving leader
- * spreads back to their slots: plane_packed, plane_unpack), receives
+ * rank, of each member's filled slot its table and the blocks of that
+ * group's ranks, which the receiving leader spreads back to their places
+ * in the slots: plane_packed, plane_unpack), receives
  * theirs straight into their parts, and completes the round; members wait
  * for that. So a rank that
  * is not a leader sends one record per round whatever the number of
@@ -93,8 +94,10 @@
 /* Pieces of a leader's message that carries only the blocks its receivers
  * read (plane_blocks): the places, then a piece per sender and run of
  * consecutive ranks of the receiving server; 1 + g pieces between servers
- * of consecutive ranks, 1 + g h where ranks alternate between servers.
- * Beyond this many in one message, whole parts go (plane_split_blocks). */
+ * of consecutive ranks, 1 + g h where ranks alternate between servers
+ * (an alltoallv's packed blocks, plane_packed: a piece more per sender,
+ * for its table). Beyond this many in one message, whole parts go
+ * (plane_split_blocks), and no alltoallv rides (plane_packs). */
 #define PLANE_PIECES_MAX 256
 
 typedef struct {
@@ -296,27 +299,17 @@ static bool plane_split_blocks(const zcopy_span_t *sp)
            PLANE_PIECES_MAX;
 }
 
-/* Whether leaders send payloads that vary packed, a piece per member
- * (plane_packed): not when rounds go in steps, which forward whole parts
- * from the area, nor when a message would need more than
- * PLANE_PIECES_MAX pieces (the bound plane_split_blocks keeps too: how
- * many pieces one UCX message is given is up to the transport, and this
- * many was measured). The same on every rank, which carries no such
- * payload where leaders cannot pack (span.c). */
+/* Whether leaders send payloads that vary (an alltoallv's packed blocks),
+ * each other server of each member's payload only its table and the
+ * blocks of that server's ranks (plane_packed): a piece for the places,
+ * one per member for its table and one per member and run of the
+ * receiving server. Not when rounds go in steps, which forward whole
+ * parts from the area, nor when a message would need more than
+ * PLANE_PIECES_MAX pieces (then no such payload rides: span.c). The same
+ * on every rank. */
 static bool plane_packs(const zcopy_span_t *sp)
 {
-    return !plane_disseminates(sp) &&
-           1 + (size_t)sp->max_group <= PLANE_PIECES_MAX;
-}
-
-/* Where they pack, whether leaders send each server of payloads that vary
- * only its ranks' blocks, as plane_split_blocks for blocks payloads: a
- * piece per sender for its table and one per sender and run of the
- * receiving server. The same on every rank, which lets such payloads
- * grow where it does (span.c). */
-static bool plane_splits_varied(const zcopy_span_t *sp)
-{
-    return plane_packs(sp) && sp->ngroups > 1 &&
+    return sp->ngroups > 1 && !plane_disseminates(sp) &&
            1 + (size_t)sp->max_group * (1 + (size_t)plane_most_runs(sp)) <=
                PLANE_PIECES_MAX;
 }
@@ -367,15 +360,12 @@ zcopy_status_t zcopy_span_plane_create(zcopy_comm_t *zc, zcopy_span_t *sp,
     sp->group_flags = calloc((size_t)sp->ngroups, sizeof(uint32_t));
     sp->blocks_split = plane_split_blocks(sp);
     sp->packs = plane_packs(sp);
-    sp->vsplit = plane_splits_varied(sp);
     if (sp->packs && sp->rank == sp->leader) {
-        sp->packed_stride = 1 + (size_t)gsize;
-        if (sp->vsplit)
-            sp->packed_stride += (size_t)gsize * (size_t)plane_most_runs(sp);
-        sp->packed = calloc(sp->packed_stride *
-                                (sp->vsplit ? (size_t)sp->ngroups : 1),
+        sp->packed_stride = 1 + (size_t)gsize *
+                                    (1 + (size_t)plane_most_runs(sp));
+        sp->packed = calloc(sp->packed_stride * (size_t)sp->ngroups,
                             sizeof(*sp->packed));
-        sp->unpack_at = calloc((size_t)sp->max_group,
+        sp->unpack_at = calloc((size_t)sp->max_group + 1,
                                sizeof(*sp->unpack_at));
     }
     if (sp->blocks_split && sp->rank == sp->leader) {
@@ -615,26 +605,34 @@ static bool plane_all_filled(const zcopy_span_t *sp, int h)
     return true;
 }
 
-/* The table of offsets at the start of a payload that varies
- * (zcopy_coll_vpack). */
-static const zcopy_coll_vpack_offset_t *plane_table(const uint8_t *payload)
+/* Offset @j of the table of offsets at @table (zcopy_coll_vpack), read
+ * byte by byte: in a packed part received, a member's table follows the
+ * previous member's blocks, unpadded. */
+static size_t plane_offset(const uint8_t *table, int j)
 {
-    return (const zcopy_coll_vpack_offset_t *)(const void *)payload;
+    zcopy_coll_vpack_offset_t offset;
+
+    memcpy(&offset, table + (size_t)j * sizeof(offset), sizeof(offset));
+    return offset;
+}
+
+/* Leader: its row of sp->packed for its message to group @h. */
+static zcopy_ucx_iov_t *plane_packed_row(const zcopy_span_t *sp, int h)
+{
+    return sp->packed + (size_t)h * sp->packed_stride;
 }
 
 /* Leader: its group's part of an arrival whose payloads vary, for group
  * @h, packed into its row of sp->packed: its places, then of each
- * member's slot the bytes its place says it filled or, where they split
- * (sp->vsplit), its table and the blocks of @h's ranks, a piece per run
+ * member's slot its table and the blocks of @h's ranks, a piece per run
  * (the places alone where a member did not fill its slot). Returns how
- * many pieces, or 0 where the payloads do not vary. The receivers spread
+ * many pieces, or 0 where the payloads do not vary. The receiver spreads
  * them back (plane_unpack). */
 static size_t plane_packed(zcopy_span_t *sp, int h)
 {
     const int g = sp->group[sp->rank], m = zcopy_span_group_size(sp, g);
     const size_t head = zcopy_coll_vpack_min(sp->nranks);
-    zcopy_ucx_iov_t *iov = sp->packed + (sp->vsplit ? (size_t)h : 0) *
-                                            sp->packed_stride;
+    zcopy_ucx_iov_t *iov = plane_packed_row(sp, h);
     size_t n = 0;
 
     if (!sp->carried.varies)
@@ -645,41 +643,29 @@ static size_t plane_packed(zcopy_span_t *sp, int h)
     if (!plane_all_filled(sp, g))
         return n;
     for (int i = 0; i < m; i++) {
-        const int r = zcopy_span_member(sp, g, i);
-        uint8_t *payload = (uint8_t *)zcopy_span_payload_of(sp, r);
-        const zcopy_coll_vpack_offset_t *table = plane_table(payload);
+        uint8_t *payload =
+            (uint8_t *)zcopy_span_payload_of(sp, zcopy_span_member(sp, g, i));
 
-        if (!sp->vsplit) {
-            iov[n++] = (zcopy_ucx_iov_t){
-                .buf = payload, .len = zcopy_span_desc(sp, r)->carried };
-            continue;
-        }
         iov[n++] = (zcopy_ucx_iov_t){ .buf = payload, .len = head };
         for (int k = 0, first, last; k < zcopy_span_group_size(sp, h);) {
+            size_t lo, hi;
+
             k = plane_run(sp, h, k, &first, &last);
-            if (table[last + 1] > table[first])
-                iov[n++] = (zcopy_ucx_iov_t){
-                    .buf = payload + table[first],
-                    .len = table[last + 1] - table[first] };
+            lo = plane_offset(payload, first);
+            hi = plane_offset(payload, last + 1);
+            if (hi > lo)
+                iov[n++] = (zcopy_ucx_iov_t){ .buf = payload + lo,
+                                              .len = hi - lo };
         }
     }
     return n;
 }
 
-/* Bytes of the run [@first, @last]'s blocks in a payload of @filled bytes
- * whose table is @table, 0 where the table points outside it. */
-static size_t plane_run_bytes(const zcopy_coll_vpack_offset_t *table,
-                              int first, int last, size_t head,
-                              size_t filled)
-{
-    const size_t lo = table[first], hi = table[last + 1];
-
-    return lo >= head && lo <= hi && hi <= filled ? hi - lo : 0;
-}
-
-/* Leader: where each member of group @h begins in its packed part (split:
- * its table, then this group's blocks), into sp->unpack_at; false where
- * a table would lie past the part's room. */
+/* Leader: where each member of group @h begins in its packed part (its
+ * table, then this group's runs of blocks) and where the last ends, into
+ * sp->unpack_at; false where a table would lie past the part's @room or
+ * says what no packed payload says (runs out of order, or past what the
+ * member filled). Tables from zcopy_coll_vpack always pass. */
 static bool plane_unpack_places(const zcopy_span_t *sp, int h,
                                 const uint8_t *packed, size_t room)
 {
@@ -690,32 +676,35 @@ static bool plane_unpack_places(const zcopy_span_t *sp, int h,
     for (int i = 0; i < zcopy_span_group_size(sp, h); i++) {
         const size_t filled =
             zcopy_span_desc(sp, zcopy_span_member(sp, h, i))->carried;
-        const zcopy_coll_vpack_offset_t *table;
+        size_t end = head;
 
-        if (!sp->vsplit) {
-            sp->unpack_at[i] = at;
-            at += filled;
-            continue;
-        }
+        sp->unpack_at[i] = at;
         if (at + head > room)
             return false;
-        sp->unpack_at[i] = at;
-        table = plane_table(packed + at);
-        at += head;
         for (int k = 0, first, last; k < zcopy_span_group_size(sp, me);) {
+            size_t lo, hi;
+
             k = plane_run(sp, me, k, &first, &last);
-            at += plane_run_bytes(table, first, last, head, filled);
+            lo = plane_offset(packed + sp->unpack_at[i], first);
+            hi = plane_offset(packed + sp->unpack_at[i], last + 1);
+            if (lo < end || hi < lo || hi > filled)
+                return false;
+            at += hi - lo;
+            end = hi;
         }
+        at += head;
     }
+    sp->unpack_at[zcopy_span_group_size(sp, h)] = at;
     return at <= room;
 }
 
 /* Leader: spreads group @h's packed part (plane_packed), which landed at
  * the start of its payloads in the area, to the members' slots, last
- * piece first: each moves up (a member's pieces land at their offsets in
- * its slot, which begins no lower than its packed part), never onto one
- * not yet moved. A part that came as places alone is left as it is: the
- * call does not ride. */
+ * piece first: with runs in order and within what each member filled
+ * (plane_unpack_places), every piece lands at or above where it came, and
+ * above every piece not yet moved; a member's table moves last, once its
+ * runs, found through it, have. A part that came as places alone is left
+ * as it is: the call does not ride. */
 static void plane_unpack(const zcopy_span_t *sp, int h)
 {
     const int me = sp->group[sp->rank], m = zcopy_span_group_size(sp, h);
@@ -724,34 +713,25 @@ static void plane_unpack(const zcopy_span_t *sp, int h)
                             plane_places_bytes(sp, h);
     const size_t room = (size_t)m * zcopy_span_slot(sp->carried.len);
 
+    /* Always whole from zcopy_coll_vpack's tables: every rank finds all
+     * carried from the places alone, and would read what is left. */
     if (!plane_all_filled(sp, h) || !plane_unpack_places(sp, h, packed, room))
         return;
     for (int i = m - 1; i >= 0; i--) {
-        const int r = zcopy_span_member(sp, h, i);
-        uint8_t *slot = (uint8_t *)zcopy_span_payload_of(sp, r);
-        const size_t filled = zcopy_span_desc(sp, r)->carried;
+        uint8_t *slot =
+            (uint8_t *)zcopy_span_payload_of(sp, zcopy_span_member(sp, h, i));
         const uint8_t *from = packed + sp->unpack_at[i];
-        const zcopy_coll_vpack_offset_t *table = plane_table(from);
-        size_t at = head;
+        size_t at = sp->unpack_at[i + 1] - sp->unpack_at[i];
 
-        if (!sp->vsplit) {
-            memmove(slot, from, filled);
-            continue;
-        }
-        /* The table stays where it came until this member's blocks have
-         * moved: they are found through it. */
-        for (int k = 0, first, last; k < zcopy_span_group_size(sp, me);) {
-            k = plane_run(sp, me, k, &first, &last);
-            at += plane_run_bytes(table, first, last, head, filled);
-        }
         for (int k = zcopy_span_group_size(sp, me) - 1, first, last; k >= 0;) {
-            size_t len;
+            size_t lo, len;
 
             k = plane_run_back(sp, me, k, &first, &last);
-            len = plane_run_bytes(table, first, last, head, filled);
+            lo = plane_offset(from, first);
+            len = plane_offset(from, last + 1) - lo;
             at -= len;
             if (len > 0)
-                memmove(slot + table[first], from + at, len);
+                memmove(slot + lo, from + at, len);
         }
         memmove(slot, from, head);
     }
@@ -800,9 +780,6 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
     }
     plane_buffers(sp, arrival, me, &buf, &whole);
     places = plane_places_bytes(sp, me);
-    /* Unsplit, one packed message goes to every group: built once, since
-     * UCX reads its pieces until each send completes. */
-    packed = arrival && !declined && !sp->vsplit ? plane_packed(sp, 0) : 0;
     for (int h = 0; h < sp->ngroups; h++) {
         const bool places_only = arrival && plane_places_only(sp, h);
         bool sent;
@@ -811,11 +788,9 @@ static bool plane_exchange_post(zcopy_comm_t *zc, zcopy_span_t *sp,
             continue;
         iov = plane_pieces(sp, h, true);
         n = arrival && !declined ? plane_blocks(sp, me, h, iov) : 0;
-        if (arrival && !declined && sp->vsplit)
-            packed = plane_packed(sp, h);
+        packed = arrival && !declined ? plane_packed(sp, h) : 0;
         if (n == 0 && packed > 0) {
-            iov = sp->packed + (sp->vsplit ? (size_t)h : 0) *
-                                   sp->packed_stride;
+            iov = plane_packed_row(sp, h);
             n = packed;
         } else if (n == 0 && arrival && !declined && !places_only &&
                    sp->own_payload != NULL) {

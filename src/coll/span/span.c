@@ -923,7 +923,9 @@ static void span_describe(zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     if (d->args.reason != REASON_NONE || inline_total > 0)
         return;
     /* Swapping blocks in place between servers needs a copy of one side
-     * somewhere: not zero-copy, so the previous component does it. */
+     * somewhere: not zero-copy, so the previous component does it, but
+     * for an alltoallv whose blocks ride the arrival, copied into their
+     * slots (zcopy_span_run). */
     if ((a->type == ZCOPY_COLL_ALLTOALL || a->type == ZCOPY_COLL_ALLTOALLV) &&
         (d->args.flags & ZCOPY_PLAN_IN_PLACE)) {
         d->args.reason = REASON_SPAN_IN_PLACE;
@@ -1112,31 +1114,22 @@ static size_t span_payload(const zcopy_comm_t *zc, const zcopy_span_t *sp,
  * Only each pair knows its block's size, so a rank carries its blocks
  * where they fit, says so in its place, and the call is inline where
  * every rank did (span_all_carried); else they move after the arrival as
- * before. Where leaders send each server only its ranks' blocks
- * (sp->vsplit), the slot is an alltoall's payload at most: twice
- * coll_zcopy_span_inline_max, within the area over the ranks. Where they
- * send what each member filled to every server, as an alltoall's unsplit
- * blocks, it keeps their quarter of the parameter, within the room of the
- * collectives whose ranks read every payload. Not in place (the only
- * alltoallv the spanning path declines itself), nor where leaders cannot
- * pack; the same on every rank. A rank that carries still names its
- * blocks and reserves what the transfers need: whether they run, it
- * learns only from the arrival. */
+ * before. Leaders send each server only its ranks' blocks (plane.c), so
+ * the slot is an alltoall's payload at most: twice
+ * coll_zcopy_span_inline_max, within the area over the ranks. Where
+ * leaders cannot (sp->packs), none rides. In place too: a rank that
+ * carries its blocks swaps nothing in its buffer with another server's
+ * (span_describe), so only one that does not declines. The same on every
+ * rank. A rank that carries still names its blocks and reserves what the
+ * transfers need: whether they run, it learns only from the arrival. */
 static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
 {
-    const size_t n = (size_t)sp->nranks;
-    size_t room = sp->payload_size, slot = zcopy_span_payload_rank_max();
+    size_t slot = zcopy_span_payload_rank_max();
 
-    if (a->type != ZCOPY_COLL_ALLTOALLV || a->sbuf == MPI_IN_PLACE ||
-        !sp->packs)
+    if (a->type != ZCOPY_COLL_ALLTOALLV || !sp->packs)
         return 0;
-    if (!sp->vsplit) {
-        slot = zcopy_config.span_inline_max / 4;
-        if (room > ZCOPY_SPAN_PAYLOAD_ALL_MAX)
-            room = ZCOPY_SPAN_PAYLOAD_ALL_MAX;
-    }
-    if (slot > room / n)
-        slot = room / n;
+    if (slot > sp->payload_size / (size_t)sp->nranks)
+        slot = sp->payload_size / (size_t)sp->nranks;
     slot -= slot % ZCOPY_CACHE_LINE;
     return slot > zcopy_coll_vpack_min(sp->nranks) ? slot : 0;
 }
@@ -1205,10 +1198,15 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (vslot > 0) {
         pl.len = vslot;
         pl.varies = true;
-        if (mine.args.reason == REASON_NONE)
+        if (mine.args.reason == REASON_NONE ||
+            (mine.args.reason == REASON_SPAN_IN_PLACE &&
+             plan.args.reason == REASON_NONE))
             mine.carried = zcopy_coll_vpack(zc, a, &plan,
                                             zcopy_span_payload_next(sp, &pl),
                                             vslot);
+        /* In place, its blocks ride or the call falls back. */
+        if (mine.args.reason == REASON_SPAN_IN_PLACE && mine.carried > 0)
+            mine.args.reason = REASON_NONE;
     }
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);

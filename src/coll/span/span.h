@@ -141,27 +141,21 @@ typedef struct zcopy_span {
                                      message (plane.c); the same on every
                                      rank */
     bool packs;                   /* leaders can send payloads that vary
-                                     (zcopy_span_payload_t.varies): not
-                                     where rounds go in steps, nor where
-                                     a group has 256 members or more
-                                     (plane.c); the same on every rank */
-    bool vsplit;                  /* where they pack, leaders send each
-                                     server of such payloads only the
-                                     blocks its ranks read (and each
-                                     payload's table): not past 256
-                                     pieces a message (plane.c); the same
-                                     on every rank */
-    zcopy_ucx_iov_t *packed;      /* leader, where it packs: its messages'
-                                     pieces, its group's places then of
-                                     each member's filled payload all, or
-                                     (vsplit) the table and the blocks of
-                                     the receiving server's ranks; one
-                                     row of packed_stride per group where
-                                     they split, else one for all */
-    size_t packed_stride;
+                                     (zcopy_span_payload_t.varies), each
+                                     server only its ranks' blocks: not
+                                     where rounds go in steps, nor past
+                                     256 pieces a message (plane.c); the
+                                     same on every rank */
+    zcopy_ucx_iov_t *packed;      /* leader, where it packs: the pieces of
+                                     its message to each group, a row of
+                                     packed_stride each (its places, then
+                                     of each member's slot the table and
+                                     the blocks of that group's ranks) */
+    size_t packed_stride;         /* the most pieces one may need */
     size_t *unpack_at;            /* leader, where it packs: where each
                                      member's packed payload starts in a
-                                     part received */
+                                     part received, and where the last
+                                     ends */
     zcopy_ucx_iov_t *pieces;      /* leader, where split: the pieces of its
                                      messages from, then to, each group */
     size_t *piece_at;             /* where each group's start in pieces */
