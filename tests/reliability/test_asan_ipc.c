@@ -13,7 +13,8 @@
  *     writes its own mark into it; after every owner deactivates, a sweep
  *     drops the imports, and the last put drops the peers;
  *  3. the collective algorithms of libzcopy (control plane, allreduce
- *     small and sliced, allgather, bcast, alltoall, reduce_scatter_block)
+ *     small and sliced, allgather, bcast, alltoall, reduce_scatter_block,
+ *     an alltoallv of a few bytes per pair)
  *     through zcopy_coll_run on a communicator state made here, with
  *     service collectives on a dup of WORLD: right results, zero-copy;
  *  4. teardown of everything, then MPI_Finalize.
@@ -25,6 +26,9 @@
  * collective takes the spanning path (src/coll/span/) with no payload in
  * the arrivals, so UCX registers the block, peers fetch its key and the
  * data moves by UCX transfers, all under the sanitizers.
+ *
+ * `test_asan_ipc vservers` (np 4) runs it between two virtual servers with
+ * the spanning path's defaults: small payloads ride the arrivals.
  *
  * `test_asan_ipc overflow` and `test_asan_ipc leak` make one deliberate
  * error each on rank 1, after the exchange: the suite runs them too and
@@ -92,6 +96,7 @@ static void peer_mapping(uint8_t *block, size_t bytes)
 {
     rank_info_t mine = { .va = (uintptr_t)block }, *all;
     zcopy_ipc_peer_t **peers;
+    uint8_t **maps;
     size_t npeers, nimports;
     int bad = 0;
 
@@ -100,6 +105,8 @@ static void peer_mapping(uint8_t *block, size_t bytes)
     require(zcopy_ipc_local_id(&mine.id) == ZCOPY_SUCCESS, "local id");
     all = calloc((size_t)nranks, sizeof(*all));
     peers = calloc((size_t)nranks, sizeof(*peers));
+    maps = calloc((size_t)nranks, sizeof(*maps));
+    require(all != NULL && peers != NULL && maps != NULL, "out of memory");
     MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE,
                   MPI_COMM_WORLD);
 
@@ -122,9 +129,15 @@ static void peer_mapping(uint8_t *block, size_t bytes)
             continue;
         for (size_t i = 0; i < bytes; i++)
             bad += p[i] != mark(r, i);
-        p[8 + rank] = 0xee; /* a write through the import */
+        maps[r] = p;
     }
     EXPECT(bad == 0, "%d bytes of peers' blocks wrong", bad);
+    /* Once every rank has read, a write through each import (beyond two
+     * ranks, another would still be reading the marks it overwrites). */
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int r = 0; r < nranks; r++)
+        if (maps[r] != NULL)
+            maps[r][8 + rank] = 0xee;
     zcopy_ipc_counts(&npeers, &nimports);
     EXPECT(npeers == (size_t)nranks - 1 && nimports == (size_t)nranks - 1,
            "%zu peers and %zu imports, expected %d of each", npeers, nimports,
@@ -146,6 +159,7 @@ static void peer_mapping(uint8_t *block, size_t bytes)
         zcopy_ipc_peer_put(peers[r]);
     zcopy_ipc_counts(&npeers, &nimports);
     EXPECT(npeers == 0, "%zu peers after the last put", npeers);
+    free(maps);
     free(peers);
     free(all);
 }
@@ -228,6 +242,48 @@ static void run(zcopy_comm_t *zc, const zcopy_coll_args_t *a, const char *what)
            zcopy_error_detail(), zc->stats.last_fallback_reason);
 }
 
+/* Bytes rank @from sends rank @to in alltoallv_bytes(): odd, 1 to 3. */
+static int v_bytes(int from, int to)
+{
+    return 1 + (from + 2 * to) % 3;
+}
+
+/* An alltoallv of a few bytes per pair, packed back to back: between
+ * virtual servers its blocks ride the arrival, and a leader's message
+ * puts each member's table of offsets right after the previous member's
+ * odd-sized blocks, where the receiving leader must read it unaligned. */
+static void alltoallv_bytes(zcopy_comm_t *zc, uint8_t *s, uint8_t *r)
+{
+    int scounts[nranks], sdispls[nranks], rcounts[nranks], rdispls[nranks];
+    const uint64_t inline_before = zc->stats.inline_calls;
+    int sat = 0, rat = 0, bad = 0;
+
+    for (int j = 0; j < nranks; j++) {
+        scounts[j] = v_bytes(rank, j);
+        sdispls[j] = sat;
+        for (int i = 0; i < scounts[j]; i++)
+            s[sat + i] = (uint8_t)(rank * 16 + j * 4 + i);
+        sat += scounts[j];
+        rcounts[j] = v_bytes(j, rank);
+        rdispls[j] = rat;
+        rat += rcounts[j];
+    }
+    memset(r, 0xff, (size_t)rat);
+    run(zc, &(zcopy_coll_args_t){ .type = ZCOPY_COLL_ALLTOALLV, .sbuf = s,
+                                  .scounts = scounts, .sdispls = sdispls,
+                                  .stype = MPI_BYTE, .rbuf = r,
+                                  .rcounts = rcounts, .rdispls = rdispls,
+                                  .rtype = MPI_BYTE },
+        "alltoallv");
+    for (int j = 0; j < nranks; j++)
+        for (int i = 0; i < rcounts[j]; i++)
+            bad += r[rdispls[j] + i] != (uint8_t)(j * 16 + rank * 4 + i);
+    EXPECT(bad == 0, "alltoallv: %d wrong", bad);
+    if (zcopy_config.virtual_servers > 1)
+        EXPECT(zc->stats.inline_calls == inline_before + 1,
+               "alltoallv between virtual servers did not ride the arrival");
+}
+
 static void collectives(int *buf)
 {
     const zcopy_comm_ops_t ops = { .allgather = svc_allgather,
@@ -308,8 +364,10 @@ static void collectives(int *buf)
         bad += r[i] != sum;
     }
     EXPECT(bad == 0, "reduce_scatter_block: %d wrong", bad);
-    EXPECT(zc->stats.zcopy_calls == 6 && zc->stats.fallback_calls == 0,
-           "%llu zero-copy calls and %llu fallbacks, expected 6 and 0",
+
+    alltoallv_bytes(zc, (uint8_t *)s, (uint8_t *)r);
+    EXPECT(zc->stats.zcopy_calls == 7 && zc->stats.fallback_calls == 0,
+           "%llu zero-copy calls and %llu fallbacks, expected 7 and 0",
            (unsigned long long)zc->stats.zcopy_calls,
            (unsigned long long)zc->stats.fallback_calls);
     if (zcopy_config.transport == ZCOPY_TRANSPORT_UCX)
@@ -368,6 +426,10 @@ int main(int argc, char **argv)
         zcopy_config.one_per_server_min = 0;
         zcopy_config.one_per_server_moves = true;
     }
+    /* Two servers on this host: the spanning path with its defaults, the
+     * payloads of small calls riding the arrivals. */
+    if (argc > 1 && strcmp(argv[1], "vservers") == 0)
+        zcopy_config.virtual_servers = 2;
 
     /* 1. */
     require(zcopy_mem_granularity(&host, &gran) == ZCOPY_SUCCESS &&
@@ -413,7 +475,8 @@ int main(int argc, char **argv)
         EXPECT(uc.nmems == 0 && uc.neps == 0 && uc.nrkeys == 0,
                "UCX left: %zu registrations, %zu endpoints, %zu keys",
                uc.nmems, uc.neps, uc.nrkeys);
-        EXPECT(uc.live == (zcopy_config.transport == ZCOPY_TRANSPORT_UCX),
+        EXPECT(uc.live == (zcopy_config.transport == ZCOPY_TRANSPORT_UCX ||
+                           zcopy_config.virtual_servers > 1),
                "UCX %s", uc.live ? "started without a spanning communicator"
                                  : "never started");
         svc_barrier(&service);
