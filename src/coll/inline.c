@@ -122,17 +122,24 @@ size_t zcopy_coll_vpack_min(int n)
     return ((size_t)n + 1) * sizeof(vpack_offset_t);
 }
 
-/* Bytes of this rank's alltoallv block for @j, and where it starts: in
- * place, the receive layout holds what it sends (MPI's in-place form). */
-static size_t vpack_block(const zcopy_coll_args_t *a, const coll_plan_t *plan,
-                          int j, const uint8_t **src)
+/* Bytes of this rank's alltoallv block for @j: in place, the receive
+ * layout holds what it sends (MPI's in-place form). */
+static size_t vpack_len(const zcopy_coll_args_t *a, const coll_plan_t *plan,
+                        int j)
 {
-    if (a->sbuf == MPI_IN_PLACE) {
-        *src = (const uint8_t *)a->rbuf + (size_t)a->rdispls[j] * plan->rsize;
+    if (a->sbuf == MPI_IN_PLACE)
         return (size_t)a->rcounts[j] * plan->rsize;
-    }
-    *src = (const uint8_t *)a->sbuf + (size_t)a->sdispls[j] * plan->ssize;
     return (size_t)a->scounts[j] * plan->ssize;
+}
+
+/* Where that block starts; only for a block with bytes, since an empty
+ * one's buffer and displacement may be anything. */
+static const uint8_t *vpack_src(const zcopy_coll_args_t *a,
+                                const coll_plan_t *plan, int j)
+{
+    if (a->sbuf == MPI_IN_PLACE)
+        return (const uint8_t *)a->rbuf + (size_t)a->rdispls[j] * plan->rsize;
+    return (const uint8_t *)a->sbuf + (size_t)a->sdispls[j] * plan->ssize;
 }
 
 size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
@@ -141,14 +148,13 @@ size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     const int n = zc->size;
     const size_t head = zcopy_coll_vpack_min(n);
     vpack_offset_t *offsets = (vpack_offset_t *)(void *)dst;
-    const uint8_t *src;
     size_t at = head;
 
     if (room > UINT32_MAX || head > room)
         return 0;
     /* Sizes first: blocks that do not fit cost no copy. */
     for (int j = 0; j < n; j++) {
-        const size_t len = vpack_block(a, plan, j, &src);
+        const size_t len = vpack_len(a, plan, j);
 
         if (len > room - at)
             return 0;
@@ -156,11 +162,11 @@ size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
     }
     at = head;
     for (int j = 0; j < n; j++) {
-        const size_t len = vpack_block(a, plan, j, &src);
+        const size_t len = vpack_len(a, plan, j);
 
         offsets[j] = (vpack_offset_t)at;
-        if (len > 0) /* an empty block's address may be anything */
-            memcpy(dst + at, src, len);
+        if (len > 0)
+            memcpy(dst + at, vpack_src(a, plan, j), len);
         at += len;
     }
     offsets[n] = (vpack_offset_t)at;

@@ -25,10 +25,10 @@
  * communicator that spans servers:
  *   - in-place alltoall and in-place alltoallv fall back with the reason
  *     "in place across servers", unless their payloads ride the arrival
- *     (expect_inline, expect_vcarried). Either path is accepted for them (a split
- *     may lie in one server), a fallback for that reason only; phase end
- *     then holds the call to what its path implies, and to every rank having
- *     taken the same one.
+ *     (expect_inline, expect_vcarried). Either path is accepted for them
+ *     (a split may lie in one server), a fallback for that reason only;
+ *     phase end then holds the call to what its path implies, and to every
+ *     rank having taken the same one.
  *   - data between servers moves through UCX, or through Open MPI's
  *     point-to-point engine under coll_zcopy_ucx_fetch pml: at the end of
  *     the WORLD and dup phases, every collective that ran zero-copy with

@@ -670,7 +670,7 @@ static void alltoall_push(zcopy_span_algo_t *sa, int from, uint8_t *dst,
  * coll_zcopy_ucx_push_min, an alltoallv's all), in steps of distance (see
  * zcopy_span_push), so that they travel while the rest is copied; then
  * every other block is fetched straight into the output (in place never
- * gets here: span.c sends it to the fallback). */
+ * gets here: span.c delivers it from the arrival or falls back). */
 zcopy_status_t zcopy_span_alltoall(zcopy_span_algo_t *sa)
 {
     const zcopy_coll_args_t *a = sa->a;

@@ -704,8 +704,9 @@ static bool plane_unpack_places(const zcopy_span_t *sp, int h,
  * (plane_unpack_places), every piece lands at or above where it came, and
  * above every piece not yet moved; a member's table moves last, once its
  * runs, found through it, have. A part that came as places alone is left
- * as it is: the call does not ride. */
-static void plane_unpack(const zcopy_span_t *sp, int h)
+ * as it is: the call does not ride. False where the part cannot be taken
+ * apart. */
+static bool plane_unpack(const zcopy_span_t *sp, int h)
 {
     const int me = sp->group[sp->rank], m = zcopy_span_group_size(sp, h);
     const size_t head = zcopy_coll_vpack_min(sp->nranks);
@@ -713,10 +714,13 @@ static void plane_unpack(const zcopy_span_t *sp, int h)
                             plane_places_bytes(sp, h);
     const size_t room = (size_t)m * zcopy_span_slot(sp->carried.len);
 
-    /* Always whole from zcopy_coll_vpack's tables: every rank finds all
-     * carried from the places alone, and would read what is left. */
-    if (!plane_all_filled(sp, h) || !plane_unpack_places(sp, h, packed, room))
-        return;
+    if (!plane_all_filled(sp, h))
+        return true;
+    /* Never from zcopy_coll_vpack's tables. Every rank decides from the
+     * places alone that the call rides, so this group's ranks are told
+     * the round failed rather than read what is left in the slots. */
+    if (!plane_unpack_places(sp, h, packed, room))
+        return false;
     for (int i = m - 1; i >= 0; i--) {
         uint8_t *slot =
             (uint8_t *)zcopy_span_payload_of(sp, zcopy_span_member(sp, h, i));
@@ -735,15 +739,19 @@ static void plane_unpack(const zcopy_span_t *sp, int h)
         }
         memmove(slot, from, head);
     }
+    return true;
 }
 
 /* Leader: every other group's packed part of this arrival, once it has
- * landed. */
-static void plane_unpack_all(const zcopy_span_t *sp)
+ * landed; false where one could not be taken (plane_unpack). */
+static bool plane_unpack_all(const zcopy_span_t *sp)
 {
+    bool ok = true;
+
     for (int h = 0; h < sp->ngroups; h++)
         if (h != sp->group[sp->rank])
-            plane_unpack(sp, h);
+            ok &= plane_unpack(sp, h);
+    return ok;
 }
 
 /* Leader: posts the exchange with the other groups' leaders, counted in
@@ -1072,8 +1080,12 @@ static unsigned plane_round(zcopy_comm_t *zc, zcopy_span_t *sp,
                                                           round, &w));
         for (int h = 0; h < sp->ngroups && !arrival; h++)
             any |= h == g ? 0 : sp->group_flags[h];
-        if (arrival && sp->carried.varies && !top->failed)
-            plane_unpack_all(sp);
+        if (arrival && sp->carried.varies && !top->failed &&
+            !plane_unpack_all(sp)) {
+            zcopy_log(ZCOPY_LOG_ERROR, "coll", "rank %d: a server's packed "
+                      "payloads did not match their tables", sp->rank);
+            top->failed = true;
+        }
     }
     top->flags = any;
     /* Release: members that see the round see the received arrivals. */

@@ -1121,7 +1121,8 @@ static size_t span_payload(const zcopy_comm_t *zc, const zcopy_span_t *sp,
  * carries its blocks swaps nothing in its buffer with another server's
  * (span_describe), so only one that does not declines. The same on every
  * rank. A rank that carries still names its blocks and reserves what the
- * transfers need: whether they run, it learns only from the arrival. */
+ * transfers need: whether they run, it learns only from the arrival (in
+ * place it names nothing: the call rides or falls back). */
 static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
 {
     size_t slot = zcopy_span_payload_rank_max();
@@ -1147,6 +1148,18 @@ static bool span_all_carried(const zcopy_span_t *sp, size_t slot)
             return false;
     }
     return true;
+}
+
+/* Whether a rank's alltoallv is in place. MPI has every rank's be or
+ * none, and then one that did not carry its blocks declines; a program
+ * that mixes them could otherwise send an in-place rank, which named no
+ * block, into the transfers: every rank falls back alike instead. */
+static bool span_any_in_place(const zcopy_span_t *sp)
+{
+    for (int r = 0; r < sp->nranks; r++)
+        if (zcopy_span_desc(sp, r)->args.flags & ZCOPY_PLAN_IN_PLACE)
+            return true;
+    return false;
 }
 
 /* The payloads came with the arrivals: nobody reads a peer's buffer, so
@@ -1226,6 +1239,9 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
         return span_deliver(zc, sp, a, inline_total);
     if (vslot > 0 && span_all_carried(sp, vslot))
         return span_deliver(zc, sp, a, vslot);
+    if (vslot > 0 && span_any_in_place(sp))
+        return zcopy_coll_fallback(zc, a->type,
+                                   span_reason_text(REASON_SPAN_IN_PLACE));
     /* Every rank is eligible, so every rank learns; a call that falls
      * back never sends displacements (its rows cost no message). */
     if (a->type == ZCOPY_COLL_ALLTOALLV &&
