@@ -37,30 +37,20 @@ set_tests_properties(bench.check.between.corrupt_counts.np2 PROPERTIES
   PASS_REGULAR_EXPRESSION
   "elements of the empty block from rank [01] were written")
 
-# allgatherv (allgather's data through MPI_Allgatherv), in place and not,
-# every block checked, across sizes that ride the control plane and sizes
-# that do not.
-foreach(form plain inplace)
-  set(extra)
-  if(form STREQUAL "inplace")
-    set(extra --in-place)
-  endif()
-  zcopy_add_mpi_test(NAME bench.check.allgatherv.${form}.np3
-    TARGET zcopy_bench NP 3
-    ARGS -c allgatherv --check --vary -b 8 -e 1M -f 8 -n 3 -w 1 ${extra}
-         --no-progress LABELS bench)
-endforeach()
-
-# alltoallv (alltoall's data through MPI_Alltoallv) likewise.
-foreach(form plain inplace)
-  set(extra)
-  if(form STREQUAL "inplace")
-    set(extra --in-place)
-  endif()
-  zcopy_add_mpi_test(NAME bench.check.alltoallv.${form}.np3
-    TARGET zcopy_bench NP 3
-    ARGS -c alltoallv --check --vary -b 8 -e 1M -f 8 -n 3 -w 1 ${extra}
-         --no-progress LABELS bench)
+# allgatherv and alltoallv (allgather's and alltoall's data through the
+# v-forms), in place and not, every block checked, across sizes that ride
+# the control plane and sizes that do not.
+foreach(coll allgatherv alltoallv)
+  foreach(form plain inplace)
+    set(extra)
+    if(form STREQUAL "inplace")
+      set(extra --in-place)
+    endif()
+    zcopy_add_mpi_test(NAME bench.check.${coll}.${form}.np3
+      TARGET zcopy_bench NP 3
+      ARGS -c ${coll} --check --vary -b 8 -e 1M -f 8 -n 3 -w 1 ${extra}
+           --no-progress LABELS bench)
+  endforeach()
 endforeach()
 
 # Calls back to back, each followed by MPI_Barrier (--timing osu) instead

@@ -184,6 +184,27 @@ static int v_ints(int from, int to, int call)
 #define V_SEND_GAP 5 /* ints between send blocks, which go in reverse */
 #define V_RECV_GAP 3 /* ints after each received block, left as they were */
 
+/* The blocks an alltoallv (@what) of call @call left in @buf: each
+ * rank's at its displacement, and the V_RECV_GAP ints after it as they
+ * were (-1). */
+static void check_received(const char *what, int call, const int *buf,
+                           const int *counts, const int *displs)
+{
+    for (int from = 0; from < nranks; from++) {
+        const int *got = buf + displs[from];
+        long bad;
+
+        ZT_FIND_BAD(bad, got, (size_t)counts[from],
+                    value(from, rank, (int)i, call));
+        ZT_CHECK(bad < 0, "%s %d: rank %d, element %ld of the %d from rank "
+                 "%d is %d", what, call, rank, bad, counts[from], from,
+                 bad < 0 ? 0 : got[bad]);
+        ZT_FIND_BAD(bad, got + counts[from], (size_t)V_RECV_GAP, -1);
+        ZT_CHECK(bad < 0, "%s %d: rank %d: the gap after rank %d's block "
+                 "was written", what, call, rank, from);
+    }
+}
+
 /* Bytes rank @from's blocks of alltoallv call @call fill in its slot: a
  * table of n + 1 four-byte offsets, then the blocks. */
 static unsigned long long v_filled(int from, int call)
@@ -287,21 +308,10 @@ static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
     MPI_Alltoallv(send, scounts, sdispls, MPI_INT, recv, rcounts, rdispls,
                   MPI_INT, MPI_COMM_WORLD);
     a = zt_stats(MPI_COMM_WORLD);
-    for (int from = 0; from < nranks; from++) {
-        const int *got = recv + rdispls[from];
-        long bad;
-
-        ZT_FIND_BAD(bad, got, (size_t)rcounts[from],
-                    value(from, rank, (int)i, call));
-        ZT_CHECK(bad < 0, "alltoallv %d: rank %d, element %ld of the %d "
-                 "from rank %d is %d", call, rank, bad, rcounts[from], from,
-                 bad < 0 ? 0 : got[bad]);
-        ZT_FIND_BAD(bad, got + rcounts[from], (size_t)V_RECV_GAP, -1);
-        ZT_CHECK(bad < 0, "alltoallv %d: rank %d: the gap after rank %d's "
-                 "block was written", call, rank, from);
+    check_received("alltoallv", call, recv, rcounts, rdispls);
+    for (int from = 0; from < nranks; from++)
         if (s->lowest[from] != s->lowest[rank])
             want_p2p += (unsigned long long)rcounts[from] * sizeof(int);
-    }
     if (!zcopy) {
         ZT_CHECK(a.fallback_calls - b.fallback_calls == 1 &&
                      a.zcopy_calls == b.zcopy_calls,
@@ -376,19 +386,7 @@ static void run_alltoallv_in_place(int *buf, int call)
     MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, buf, counts,
                   displs, MPI_INT, MPI_COMM_WORLD);
     a = zt_stats(MPI_COMM_WORLD);
-    for (int from = 0; from < nranks; from++) {
-        const int *got = buf + displs[from];
-        long bad;
-
-        ZT_FIND_BAD(bad, got, (size_t)counts[from],
-                    value(from, rank, (int)i, call));
-        ZT_CHECK(bad < 0, "alltoallv in place %d: rank %d, element %ld of "
-                 "the %d from rank %d is %d", call, rank, bad, counts[from],
-                 from, bad < 0 ? 0 : got[bad]);
-        ZT_FIND_BAD(bad, got + counts[from], (size_t)V_RECV_GAP, -1);
-        ZT_CHECK(bad < 0, "alltoallv in place %d: rank %d: the gap after "
-                 "rank %d's block was written", call, rank, from);
-    }
+    check_received("alltoallv in place", call, buf, counts, displs);
     if (v_big_call(call)) {
         ZT_CHECK(a.fallback_calls - b.fallback_calls == 1 &&
                      a.zcopy_calls == b.zcopy_calls &&
