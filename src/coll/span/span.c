@@ -1135,6 +1135,29 @@ static size_t span_vslot(const zcopy_span_t *sp, const zcopy_coll_args_t *a)
     return slot > zcopy_coll_vpack_min(sp->nranks) ? slot : 0;
 }
 
+/* alltoallv: this rank's blocks packed into its slot of the coming
+ * arrival, where they fit, and how much it filled said in @mine (the
+ * arrival's payloads then vary, @pl); in place, where they do not, it
+ * declines ("in place across servers", from span_describe). */
+static void span_carry_blocks(zcopy_comm_t *zc, zcopy_span_t *sp,
+                              const zcopy_coll_args_t *a,
+                              const coll_plan_t *plan, size_t slot,
+                              zcopy_span_payload_t *pl,
+                              zcopy_span_desc_t *mine)
+{
+    const bool in_place = mine->args.reason == REASON_SPAN_IN_PLACE &&
+                          plan->args.reason == REASON_NONE;
+
+    pl->len = slot;
+    pl->varies = true;
+    if (mine->args.reason == REASON_NONE || in_place)
+        mine->carried = zcopy_coll_vpack(zc, a, plan,
+                                         zcopy_span_payload_next(sp, pl),
+                                         slot);
+    if (in_place && mine->carried > 0)
+        mine->args.reason = REASON_NONE;
+}
+
 /* Whether every rank's alltoallv blocks rode the arrival in its slot of
  * @slot bytes: at least their table of offsets (zcopy_coll_vpack). */
 static bool span_all_carried(const zcopy_span_t *sp, size_t slot)
@@ -1208,19 +1231,8 @@ zcopy_status_t zcopy_span_run(zcopy_comm_t *zc, const zcopy_coll_args_t *a)
     if (a->type == ZCOPY_COLL_ALLTOALLV && mine.args.reason == REASON_NONE &&
         zcopy_span_pushes_all(sp))
         span_publish_sdispls(zc, sp, a, plan.ssize);
-    if (vslot > 0) {
-        pl.len = vslot;
-        pl.varies = true;
-        if (mine.args.reason == REASON_NONE ||
-            (mine.args.reason == REASON_SPAN_IN_PLACE &&
-             plan.args.reason == REASON_NONE))
-            mine.carried = zcopy_coll_vpack(zc, a, &plan,
-                                            zcopy_span_payload_next(sp, &pl),
-                                            vslot);
-        /* In place, its blocks ride or the call falls back. */
-        if (mine.args.reason == REASON_SPAN_IN_PLACE && mine.carried > 0)
-            mine.args.reason = REASON_NONE;
-    }
+    if (vslot > 0)
+        span_carry_blocks(zc, sp, a, &plan, vslot, &pl, &mine);
     if (inline_total > 0 && mine.args.reason == REASON_NONE)
         src = zcopy_coll_inline_source(zc, a, &plan, inline_total, &len);
     if (zcopy_span_arrive(zc, sp, &mine, &pl, src, len,
