@@ -480,16 +480,22 @@ static size_t gathered_verify(run_t *r, unsigned seed)
     return bad;
 }
 
-/* allgatherv: allgather's data through MPI_Allgatherv, every count the
- * block: what a program that calls the v-form pays (zcopy decides its
- * path by counts and displacements). The counts are written with the inputs, outside
- * the timed call. */
-static size_t allgatherv_inputs(run_t *r, io_t io, unsigned seed)
+/* The v-forms' rows that move what the fixed forms move: every count the
+ * block, in rank order. Written with the inputs, outside the timed call. */
+static void uniform_counts(run_t *r, io_t io)
 {
     for (int q = 0; q < r->nranks && io == IO_WRITE; q++) {
         r->counts[q] = r->mcount;
         r->displs[q] = q * r->mcount; /* fits: layout() checked */
     }
+}
+
+/* allgatherv: allgather's data through MPI_Allgatherv: what a program that
+ * calls the v-form pays (zcopy decides its path by counts and
+ * displacements). */
+static size_t allgatherv_inputs(run_t *r, io_t io, unsigned seed)
+{
+    uniform_counts(r, io);
     return allgather_inputs(r, io, seed);
 }
 static int allgatherv_execute(run_t *r)
@@ -541,15 +547,12 @@ static size_t alltoall_verify(run_t *r, unsigned seed)
     return bad;
 }
 
-/* alltoallv: alltoall's data through MPI_Alltoallv, every count the
- * block, as the OSU micro-benchmarks' osu_alltoallv calls it (zcopy cannot
- * know another pair's counts, so its path differs from alltoall's). */
+/* alltoallv: alltoall's data through MPI_Alltoallv, as the OSU
+ * micro-benchmarks' osu_alltoallv calls it (zcopy cannot know another
+ * pair's counts, so its path differs from alltoall's). */
 static size_t alltoallv_inputs(run_t *r, io_t io, unsigned seed)
 {
-    for (int q = 0; q < r->nranks && io == IO_WRITE; q++) {
-        r->counts[q] = r->mcount;
-        r->displs[q] = q * r->mcount; /* fits: layout() checked */
-    }
+    uniform_counts(r, io);
     return alltoall_inputs(r, io, seed);
 }
 static int alltoallv_execute(run_t *r)

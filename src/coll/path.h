@@ -163,11 +163,10 @@ zcopy_status_t zcopy_coll_inline_deliver(zcopy_comm_t *zc,
 typedef uint32_t zcopy_coll_vpack_offset_t;
 
 /* This rank's blocks, and where each begins, packed at @dst within @room
- * bytes. Returns the bytes written,
- * or 0 where they do not fit. A planned call's (contiguous types, no
- * negative count); in place, from the receive layout, which the delivery
- * overwrites only once every payload has been packed and sent.
- * zcopy_coll_inline_deliver() takes such
+ * bytes. Returns the bytes written, or 0 where they do not fit. A planned
+ * call's (contiguous types, no negative count); in place, from the
+ * receive layout, which the delivery overwrites only once every payload
+ * has been packed and sent. zcopy_coll_inline_deliver() takes such
  * payloads with @total the room each had. */
 size_t zcopy_coll_vpack(const zcopy_comm_t *zc, const zcopy_coll_args_t *a,
                         const coll_plan_t *plan, uint8_t *dst, size_t room);

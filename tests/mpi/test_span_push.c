@@ -110,6 +110,24 @@ static int value(int from, int to, int i, int call)
     return zt_value(from * nranks + to, i, call);
 }
 
+/* One zero-copy call of @what (call @call) between the statistics @b and
+ * @a, riding the arrival (@inlined) or through transfers. */
+static void expect_one_call(const char *what, int call,
+                            const MPIX_Zcopy_stats *b,
+                            const MPIX_Zcopy_stats *a, bool inlined)
+{
+    ZT_CHECK(a->zcopy_calls - b->zcopy_calls == 1 &&
+                 a->fallback_calls == b->fallback_calls &&
+                 a->inline_calls - b->inline_calls == (inlined ? 1u : 0u),
+             "%s %d: rank %d: not one zero-copy call %s (zcopy %llu, "
+             "fallback %llu, inline %llu; %s)", what, call, rank,
+             inlined ? "riding the arrival" : "through transfers",
+             (unsigned long long)(a->zcopy_calls - b->zcopy_calls),
+             (unsigned long long)(a->fallback_calls - b->fallback_calls),
+             (unsigned long long)(a->inline_calls - b->inline_calls),
+             a->last_fallback_reason);
+}
+
 static void run_alltoall(const server_t *s, bool apart, int *send, int *recv,
                          int ints, int call)
 {
@@ -134,15 +152,7 @@ static void run_alltoall(const server_t *s, bool apart, int *send, int *recv,
                  "rank %d is %d", call, rank, bad, from,
                  bad < 0 ? 0 : recv[from * ints + bad]);
     }
-    ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
-                 a.fallback_calls == b.fallback_calls &&
-                 a.inline_calls == b.inline_calls,
-             "call %d: rank %d: not one zero-copy call through transfers "
-             "(zcopy %llu, fallback %llu, inline %llu; %s)", call, rank,
-             (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
-             (unsigned long long)(a.fallback_calls - b.fallback_calls),
-             (unsigned long long)(a.inline_calls - b.inline_calls),
-             a.last_fallback_reason);
+    expect_one_call("alltoall", call, &b, &a, false);
     p2p = a.p2p_bytes - b.p2p_bytes;
     ZT_CHECK(p2p == (pushes ? block * (unsigned long long)(nranks - s->size)
                             : 0),
@@ -251,15 +261,7 @@ static void run_alltoallv_carried(const server_t *s, int call,
              s->leader ? "its server's ranks, to each other server"
                        : "its slot");
 
-    ZT_CHECK(a->zcopy_calls - b->zcopy_calls == 1 &&
-                 a->fallback_calls == b->fallback_calls &&
-                 a->inline_calls - b->inline_calls == 1,
-             "alltoallv %d: rank %d: not one zero-copy call riding the "
-             "arrival (zcopy %llu, fallback %llu, inline %llu; %s)", call,
-             rank, (unsigned long long)(a->zcopy_calls - b->zcopy_calls),
-             (unsigned long long)(a->fallback_calls - b->fallback_calls),
-             (unsigned long long)(a->inline_calls - b->inline_calls),
-             a->last_fallback_reason);
+    expect_one_call("alltoallv", call, b, a, true);
     ZT_CHECK(a->p2p_bytes == b->p2p_bytes && a->ucx_bytes == b->ucx_bytes &&
                  a->ipc_bytes == b->ipc_bytes,
              "alltoallv %d: rank %d: carried blocks, yet %llu bytes pushed "
@@ -325,15 +327,7 @@ static void run_alltoallv(const server_t *s, bool apart, int *send, int *recv,
         run_alltoallv_carried(s, call, &b, &a);
         return;
     }
-    ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
-                 a.fallback_calls == b.fallback_calls &&
-                 a.inline_calls == b.inline_calls,
-             "alltoallv %d: rank %d: not one zero-copy call through "
-             "transfers (zcopy %llu, fallback %llu, inline %llu; %s)", call,
-             rank, (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
-             (unsigned long long)(a.fallback_calls - b.fallback_calls),
-             (unsigned long long)(a.inline_calls - b.inline_calls),
-             a.last_fallback_reason);
+    expect_one_call("alltoallv", call, &b, &a, false);
     p2p = a.p2p_bytes - b.p2p_bytes;
     ZT_CHECK(p2p == (pushes ? want_p2p : 0),
              "alltoallv %d: rank %d received %llu bytes as pushes, expected "
@@ -399,15 +393,7 @@ static void run_alltoallv_in_place(int *buf, int call)
                  a.last_fallback_reason);
         return;
     }
-    ZT_CHECK(a.zcopy_calls - b.zcopy_calls == 1 &&
-                 a.inline_calls - b.inline_calls == 1 &&
-                 a.fallback_calls == b.fallback_calls,
-             "alltoallv in place %d: rank %d: not one zero-copy call riding "
-             "the arrival (zcopy %llu, inline %llu, fallback %llu; %s)", call,
-             rank, (unsigned long long)(a.zcopy_calls - b.zcopy_calls),
-             (unsigned long long)(a.inline_calls - b.inline_calls),
-             (unsigned long long)(a.fallback_calls - b.fallback_calls),
-             a.last_fallback_reason);
+    expect_one_call("alltoallv in place", call, &b, &a, true);
 }
 
 /* Right after the alltoall: the sum of every rank's (rank + call), in
