@@ -232,28 +232,27 @@ static inline bool zcopy_span_only_moves(zcopy_coll_type_t type)
     }
 }
 
-/* With one rank of the communicator on each server nothing is shared
- * inside a server. An allgather or alltoall whose payloads do not ride
- * with the arrival (@carried: coll_zcopy_span_inline_max; an allgatherv's
- * by its largest block; never said of an alltoallv, whose ranks learn
- * whether all of them carried only from the arrival) then sends the bytes stock's
- * algorithms send, over the same network, plus zcopy's agreement and its reads' requests or pushes'
- * rendezvous: it goes to the previous component, unless
- * coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp: medians
- * 0.65x-0.90x of tuned's at 1-4 MiB in four sets of interleaved jobs out
- * of five). Carried, one round beats stock's rendezvous (1.02x-2.49x from
- * 8 to 512 KiB in all sets but two; docs/parameters.md). bcast and
+/* With one rank of the communicator on each server nothing is shared inside
+ * a server. An allgather or alltoall whose payloads do not ride with the
+ * arrival (@carried: coll_zcopy_span_inline_max; an allgatherv's by its
+ * largest block; never said of an alltoallv, whose ranks learn whether all
+ * of them carried only from the arrival) then sends the bytes stock's
+ * algorithms send, over the same network, plus zcopy's agreement and its
+ * reads' requests or pushes' rendezvous: it goes to the previous component,
+ * unless coll_zcopy_one_per_server_moves (2 servers of 1 rank over tcp:
+ * medians 0.65x-0.90x of tuned's at 1-4 MiB in four sets of interleaved jobs
+ * out of five). Carried, one round beats stock's rendezvous (1.02x-2.49x
+ * from 8 to 512 KiB in all sets but two; docs/parameters.md). bcast and
  * scatter stay whatever their size: in the jobs where reads from the root
  * run at the faster of their two speeds, bcast beat tuned's sends (4 MiB:
- * 1293-1360 us against 1624-1861), and scatter did at 4 MiB (704-751
- * against 811-871). A small call's messages are stock's own plus the
- * agreement, and a rooted call's root waits for every arrival where
- * stock's root sends and leaves: calls of fewer than
- * coll_zcopy_one_per_server_min bytes per rank, and barriers, go there
- * too. Returns the reason, NULL where zcopy takes the call. Each rank
- * decides alone: the type, the sizes of fixed forms (and allgatherv's
- * counts) and whether payloads ride agree on every rank, the layout and the parameters are agreed at
- * set-up. */
+ * 1293-1360 us against 1624-1861), and scatter did at 4 MiB (704-751 against
+ * 811-871). A small call's messages are stock's own plus the agreement, and
+ * a rooted call's root waits for every arrival where stock's root sends and
+ * leaves: calls of fewer than coll_zcopy_one_per_server_min bytes per rank,
+ * and barriers, go there too. Returns the reason, NULL where zcopy takes the
+ * call. Each rank decides alone: the type, the sizes of fixed forms (and
+ * allgatherv's counts) and whether payloads ride agree on every rank, the
+ * layout and the parameters are agreed at set-up. */
 static inline const char *zcopy_span_hands_over(const zcopy_comm_t *zc,
                                                 const zcopy_coll_args_t *a,
                                                 bool carried)
